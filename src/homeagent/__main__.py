@@ -1,0 +1,3 @@
+from homeagent.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,135 @@
+"""The agent: one event loop that gives HomeAgent a continuous identity.
+
+The loop takes user input first, then self-input (memory consolidation jobs),
+one turn at a time. The intercept task runs beside it: an interrupt cancels
+the LLM call in flight and waits in the slot for the next LLM call of the
+running turn; when the agent is idle the interrupt becomes an ordinary input
+at the highest priority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from typing import Any
+
+from homeagent.agent.process import TurnRunner
+from homeagent.io.manager import InputMessage, IOManager, TurnResult
+
+log = logging.getLogger("homeagent.agent")
+
+
+class Agent:
+    def __init__(self, io: IOManager, runner: TurnRunner) -> None:
+        self.io = io
+        self.runner = runner
+        self._tasks: list[asyncio.Task[None]] = []
+        self._turn: asyncio.Task[TurnResult] | None = None
+        self.current: InputMessage | None = None
+        self.turns = 0
+        self.interrupts = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._turn is not None and not self._turn.done()
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._event_loop(), name="agent-event-loop"),
+            loop.create_task(self._intercept_loop(), name="agent-intercept"),
+        ]
+
+    async def stop(self) -> None:
+        """Cancel the running turn (it ends as interrupted) and stop both loops."""
+        if self._turn is not None and not self._turn.done():
+            self._turn.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(asyncio.shield(self._turn), 5)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    def cancel_turn(self) -> bool:
+        """Stop the running turn (user pressed stop / Ctrl-C). True if one was running."""
+        if self._turn is not None and not self._turn.done():
+            self._turn.cancel()
+            return True
+        return False
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "busy": self.busy,
+            "current": self.current.id if self.current and self.busy else None,
+            "turns": self.turns,
+            "interrupts": self.interrupts,
+            "queued": self.io.pending_inputs(),
+        }
+
+    async def _event_loop(self) -> None:
+        user_get: asyncio.Task[InputMessage] | None = None
+        self_get: asyncio.Task[InputMessage] | None = None
+        try:
+            while True:
+                if user_get is None:
+                    user_get = asyncio.ensure_future(self.io.next_input())
+                if self_get is None:
+                    self_get = asyncio.ensure_future(self.io.self_inputs.get())
+                await asyncio.wait({user_get, self_get}, return_when=asyncio.FIRST_COMPLETED)
+                if user_get.done():
+                    message, user_get = user_get.result(), None
+                    await self._process(message, consolidation=False)
+                elif self_get.done():
+                    message, self_get = self_get.result(), None
+                    await self._process(message, consolidation=True)
+        finally:
+            for getter in (user_get, self_get):
+                if getter is not None:
+                    getter.cancel()
+
+    async def _process(self, message: InputMessage, *, consolidation: bool) -> None:
+        self.current = message
+        self._turn = asyncio.get_running_loop().create_task(
+            self.runner.run(message, consolidation=consolidation), name=f"turn-{message.id}"
+        )
+        try:
+            await asyncio.shield(self._turn)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                # the event loop itself is being stopped: let the turn wind down, then leave
+                self._turn.cancel()
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(self._turn, 5)
+                raise
+            # the turn was cancelled before it could start: report it as interrupted
+            if message.reply is not None and not message.reply.done():
+                message.reply.set_result(TurnResult(ok=False, interrupted=True, error="turn interrupted", input_id=message.id))
+        except Exception:
+            log.exception("turn %s crashed", message.id)
+            if message.reply is not None and not message.reply.done():
+                message.reply.set_result(TurnResult(ok=False, error="internal error", input_id=message.id))
+        finally:
+            self.turns += 1
+            # interrupts that arrived after the last LLM call of the turn become ordinary inputs
+            for left in self.runner.slot.drain():
+                self.io.inject(dataclasses.replace(left, options=dataclasses.replace(left.options, priority=0), interrupt=False))
+
+    async def _intercept_loop(self) -> None:
+        while True:
+            message = await self.io.interrupts.get()
+            self.interrupts += 1
+            if self.busy:
+                cancelled = self.runner.slot.interrupt(message)
+                log.info(
+                    "interrupt from %s%s", message.source or message.channel, " cancelled the LLM call" if cancelled else ""
+                )
+                self.runner.events.publish(
+                    "interrupt", {"id": message.id, "text": message.text, "source": message.source, "cancelled": cancelled}
+                )
+            else:
+                options = dataclasses.replace(message.options, priority=0)
+                self.io.inject(dataclasses.replace(message, options=options, interrupt=False))

@@ -1,0 +1,65 @@
+"""What the agent loop needs from memory, and the smallest memory that provides it.
+
+The agent asks for the conversation history before a turn and records the
+turn afterwards. ``RecentTurns`` keeps the last turns in memory; the daemon
+replaces it with the layered memory (relevance-pruned context window sinking
+into documents) and sub-agents use it for their own short-lived context.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class ToolOutput:
+    tool: str
+    text: str
+    memory_text: str | None  # None: the tool is no_memory, keep it out of memory computations
+
+
+@dataclass
+class TurnRecord:
+    user_text: str
+    reply: str
+    channel: str = ""
+    source: str = ""
+    user_id: str = ""
+    no_memory: bool = False
+    tool_outputs: list[ToolOutput] = field(default_factory=list)
+    ts: float = field(default_factory=time.time)
+    input_id: str = ""
+
+
+class TurnMemory(Protocol):
+    async def history(self, user_text: str, channel: str) -> list[dict[str, Any]]:
+        """Chat messages (OpenAI shape) that precede the current input."""
+        ...
+
+    async def record(self, turn: TurnRecord) -> None: ...
+
+
+class RecentTurns:
+    """Keeps the newest ``max_turns`` exchanges; nothing is persisted."""
+
+    def __init__(self, max_turns: int = 15) -> None:
+        self._turns: deque[TurnRecord] = deque(maxlen=max_turns)
+
+    async def history(self, user_text: str, channel: str) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        for turn in self._turns:
+            if turn.user_text:
+                messages.append({"role": "user", "content": turn.user_text})
+            if turn.reply:
+                messages.append({"role": "assistant", "content": turn.reply})
+        return messages
+
+    async def record(self, turn: TurnRecord) -> None:
+        if not turn.no_memory:
+            self._turns.append(turn)
+
+    def clear(self) -> None:
+        self._turns.clear()

@@ -1,0 +1,467 @@
+"""One turn of the agent: the stage pipeline around the tool loop.
+
+    on_input → history → pre_action → [drain interrupts → LLM → post_action
+    → (before_toolcall → tool → after_toolcall)* ]* → before_output → deliver
+    → after_output
+
+Cancellation rules (written down because they are easy to get wrong):
+
+* An *interrupt* cancels only the LLM call in flight (``LLMSlot.cancel``).
+  The turn notices that the cancellation was not aimed at itself
+  (``Task.cancelling() == 0``), tells the client to discard the streamed text
+  (``content_delta`` with ``reset``), drains the interrupt text into the
+  history as ``[打断消息] …`` and calls the LLM again. Consolidation turns do
+  not retry; they give up.
+* *Cancelling the turn* (the user pressed stop, the daemon shuts down)
+  cancels the turn task itself: LLM stream, tool calls and stage handlers are
+  all cancelled; tool calls that were cut off get synthetic ``interrupted``
+  results so the history stays valid, and the turn ends with an
+  ``interrupted`` result instead of raising.
+* Interrupts arriving while tools run do not cancel the tools; their text
+  reaches the model before its next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
+from homeagent.agent.prompt import PromptBuilder, PromptInputs
+from homeagent.agent.stages import StageHost
+from homeagent.agent.tools import ToolRegistry, result_text
+from homeagent.events import EventBus
+from homeagent.io.channels import OutputChannels
+from homeagent.io.manager import CONSOLIDATION_CHANNEL, InputMessage, TurnResult
+from homeagent.memory.textlog import TextLog
+from homeagent.providers.base import ChatRequest, ChatResponse, ProviderError, StreamChunk
+from homeagent.sdk.types import Stage, StageContext, ToolCall, ToolDef, ToolResult
+
+log = logging.getLogger("homeagent.agent")
+
+INTERRUPT_PREFIX = "[打断消息]"
+LIMIT_NOTE = (
+    "The tool-call limit for this turn ({n} rounds) is reached. Answer now with what you have; no more tools."
+)
+
+ProviderRun = Callable[..., Coroutine[Any, Any, ChatResponse]]
+
+
+@dataclass
+class TurnSettings:
+    """Live settings, read at the start of every turn."""
+
+    max_tool_turns: Callable[[], int] = lambda: 10
+    tool_timeout: Callable[[], float] = lambda: 120.0
+    temperature: Callable[[], float | None] = lambda: None
+    max_tokens: Callable[[], int | None] = lambda: None
+
+
+@dataclass
+class LLMSlot:
+    """The LLM call in flight, and the interrupts waiting for the next one."""
+
+    task: asyncio.Task[ChatResponse] | None = None
+    pending: list[InputMessage] = field(default_factory=list)
+    interrupted: int = 0
+
+    def interrupt(self, message: InputMessage) -> bool:
+        """Queue an interrupt; cancel the LLM call in flight. True if one was cancelled."""
+        self.pending.append(message)
+        if self.task is not None and not self.task.done():
+            self.interrupted += 1
+            self.task.cancel()
+            return True
+        return False
+
+    def drain(self) -> list[InputMessage]:
+        items, self.pending = self.pending, []
+        return items
+
+
+@dataclass
+class _Turn:
+    message: InputMessage
+    consolidation: bool
+    started: float = field(default_factory=time.perf_counter)
+    reasoning: list[str] = field(default_factory=list)
+    tool_log: list[dict[str, Any]] = field(default_factory=list)
+    tool_outputs: list[ToolOutput] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+    rounds: int = 0
+
+    async def frame(self, frame: dict[str, Any]) -> None:
+        sink = self.message.sink
+        if sink is None:
+            return
+        try:
+            result = sink(frame)
+            if asyncio.iscoroutine(result):
+                await result
+        except Exception:  # a client that went away must not break the turn
+            log.debug("frame sink for %s failed", self.message.id, exc_info=True)
+
+
+class TurnRunner:
+    def __init__(
+        self,
+        *,
+        stages: StageHost,
+        tools: ToolRegistry,
+        run_llm: ProviderRun,
+        prompt: PromptBuilder,
+        memory: TurnMemory,
+        events: EventBus,
+        channels: OutputChannels | None = None,
+        textlog: TextLog | None = None,
+        settings: TurnSettings | None = None,
+        tool_filter: Callable[[ToolDef], bool] | None = None,
+        slot: LLMSlot | None = None,
+    ) -> None:
+        self.stages = stages
+        self.tools = tools
+        self.run_llm = run_llm
+        self.prompt = prompt
+        self.memory = memory
+        self.events = events
+        self.channels = channels
+        self.textlog = textlog
+        self.settings = settings or TurnSettings()
+        self.tool_filter = tool_filter
+        self.slot = slot or LLMSlot()
+
+    # ------------------------------------------------------------------
+    async def run(self, message: InputMessage, *, consolidation: bool = False) -> TurnResult:
+        turn = _Turn(message, consolidation or message.channel == CONSOLIDATION_CHANNEL)
+        options = message.options
+        ctx = StageContext(
+            raw_message=message.text,
+            user_id=options.user_id,
+            group_id=options.group_id,
+            channel=message.channel,
+            source=message.source,
+            no_memory=options.no_memory,
+            extra={"input_id": message.id, **options.meta},
+        )
+        self.events.publish(
+            "raw_input", {"id": message.id, "text": message.text, "channel": message.channel, "source": message.source}
+        )
+        try:
+            final = await self._pipeline(ctx, turn)
+        except asyncio.CancelledError:
+            if asyncio.current_task() is not None:
+                asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            await turn.frame({"type": "content_delta", "text": "", "reset": True})
+            return await self._end(ctx, turn, "", interrupted=True, error="turn interrupted")
+        except ProviderError as exc:
+            log.warning("turn %s: %s", message.id, exc)
+            return await self._end(ctx, turn, "", error=str(exc))
+        except Exception as exc:
+            log.exception("turn %s failed", message.id)
+            return await self._end(ctx, turn, "", error=f"internal error: {type(exc).__name__}: {exc}")
+        return await self._end(ctx, turn, final)
+
+    async def _pipeline(self, ctx: StageContext, turn: _Turn) -> str:
+        if await self.stages.run(Stage.ON_INPUT, ctx):
+            return ctx.response or ""
+        user_text = ctx.raw_message
+        history = [] if turn.consolidation else await self.memory.history(user_text, ctx.channel)
+        ctx.context_msgs = list(history)
+        if await self.stages.run(Stage.PRE_ACTION, ctx):
+            return ctx.response or ""
+        tool_defs = [t for t in self.tools.tools() if self.tool_filter is None or self.tool_filter(t)]
+        system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs))
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": system},
+            *ctx.context_msgs,
+            {"role": "user", "content": user_text},
+        ]
+        return await self._tool_loop(ctx, turn, messages, tool_defs)
+
+    async def _tool_loop(
+        self, ctx: StageContext, turn: _Turn, messages: list[dict[str, Any]], tool_defs: list[ToolDef]
+    ) -> str:
+        limit = max(1, int(self.settings.max_tool_turns()))
+        openai_tools = [t.to_openai() for t in tool_defs]
+        for round_no in range(limit + 1):
+            last_round = round_no == limit
+            if last_round:
+                messages.append({"role": "system", "content": LIMIT_NOTE.format(n=limit)})
+            response = await self._call_llm(ctx, turn, messages, [] if last_round else openai_tools)
+            turn.rounds += 1
+            ctx.llm_text = response.content
+            ctx.reasoning_content = response.reasoning
+            ctx.token_usage = response.usage.to_dict()
+            ctx.tool_calls = [
+                ToolCall(
+                    id=c.id,
+                    name=c.name,
+                    arguments=c.arguments,
+                    plugin=self.tools.plugin_of(c.name),
+                    raw_arguments=c.raw_arguments if c.parse_error else "",
+                )
+                for c in response.tool_calls
+            ]
+            self.events.publish(
+                "agent_llm_chain",
+                {
+                    "input_id": turn.message.id,
+                    "round": round_no,
+                    "text": response.content,
+                    "reasoning": response.reasoning,
+                    "tool_calls": [
+                        {"id": c.id, "name": c.name, "arguments": c.arguments or c.raw_arguments}
+                        for c in response.tool_calls
+                    ],
+                    "usage": ctx.token_usage,
+                    "source": response.source,
+                    "finish_reason": response.finish_reason,
+                },
+            )
+            if await self.stages.run(Stage.POST_ACTION, ctx):
+                return ctx.response or ""
+            calls = list(ctx.tool_calls)
+            if not calls or last_round:
+                return ctx.llm_text
+            messages.append(_assistant_message(ctx.llm_text, calls))
+            results = await self._run_tools(ctx, turn, calls, messages)
+            if ctx.response is not None:
+                return ctx.response
+            if all(r.status == "denied" for r in results):
+                return ctx.llm_text or "; ".join(str(r.result.get("content", "")) for r in results if isinstance(r.result, dict))
+        return ctx.llm_text
+
+    async def _call_llm(
+        self, ctx: StageContext, turn: _Turn, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+    ) -> ChatResponse:
+        while True:
+            for item in self.slot.drain():
+                messages.append({"role": "system", "content": f"{INTERRUPT_PREFIX} ({item.source or item.channel}) {item.text}"})
+            request = ChatRequest(
+                messages=messages,
+                tools=tools,
+                temperature=self.settings.temperature(),
+                max_tokens=self.settings.max_tokens(),
+            )
+
+            async def on_chunk(chunk: StreamChunk) -> None:
+                if chunk.reasoning:
+                    turn.reasoning.append(chunk.reasoning)
+                    await turn.frame({"type": "reasoning_delta", "text": chunk.reasoning})
+                if chunk.content:
+                    await turn.frame({"type": "content_delta", "text": chunk.content})
+
+            task: asyncio.Task[ChatResponse] = asyncio.get_running_loop().create_task(self.run_llm(request, on_chunk))
+            self.slot.task = task
+            try:
+                response = await task
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    task.cancel()
+                    raise
+                if turn.consolidation:
+                    raise ProviderError("consolidation job interrupted", kind="cancelled") from None
+                log.info("turn %s: LLM call interrupted; retrying with the interrupt text", turn.message.id)
+                await turn.frame({"type": "content_delta", "text": "", "reset": True})
+                continue
+            finally:
+                self.slot.task = None
+            turn.source = response.source or turn.source
+            for key, value in response.usage.to_dict().items():
+                turn.usage[key] = turn.usage.get(key, 0) + value
+            return response
+
+    async def _run_tools(
+        self, ctx: StageContext, turn: _Turn, calls: list[ToolCall], messages: list[dict[str, Any]]
+    ) -> list[ToolResult]:
+        done: dict[str, ToolResult] = {}
+
+        async def run_one(call: ToolCall) -> ToolResult:
+            result = await self._run_one(ctx, turn, call)
+            done[call.id] = result
+            return result
+
+        try:
+            results = await self.tools.run_batch(calls, run_one)
+        except asyncio.CancelledError:
+            for call in calls:
+                if call.id not in done:
+                    result = ToolResult(
+                        call_id=call.id,
+                        name=call.name,
+                        plugin=call.plugin,
+                        success=False,
+                        status="interrupted",
+                        result={"isError": True, "content": "interrupted before it finished"},
+                    )
+                    done[call.id] = result
+                    turn.tool_log.append({"tool": call.name, "status": "interrupted", "result": ""})
+                    await turn.frame({"type": "tool_call", "tool": call.name, "status": "interrupted", "result": ""})
+            for call in calls:
+                messages.append(_tool_message(call, result_text(done[call.id])))
+            raise
+        for call, result in zip(calls, results, strict=True):
+            messages.append(_tool_message(call, result_text(result)))
+        return results
+
+    async def _run_one(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> ToolResult:
+        call_ctx = dataclasses.replace(ctx, tool_call=call, tool_result=None)
+        if await self.stages.run(Stage.BEFORE_TOOLCALL, call_ctx):
+            ctx.response = call_ctx.response
+        if call.denied:
+            result = ToolResult(
+                call_id=call.id,
+                name=call.name,
+                plugin=call.plugin,
+                success=False,
+                status="denied",
+                result={"isError": True, "content": f"tool call denied: {call.deny_reason or 'by a stage handler'}"},
+            )
+        else:
+            result = await self.tools.execute(call, timeout=float(self.settings.tool_timeout()))
+        call_ctx.tool_result = result
+        if await self.stages.run(Stage.AFTER_TOOLCALL, call_ctx):
+            ctx.response = call_ctx.response
+        result = call_ctx.tool_result or result
+        async with ctx.lock:
+            ctx.tool_results.append(result)
+        text = result_text(result)
+        memory_text = self.tools.memory_text(result)
+        turn.tool_outputs.append(ToolOutput(call.name, text, memory_text))
+        shown = text if len(text) <= 2000 else text[:2000] + "…"
+        turn.tool_log.append({"tool": call.name, "status": result.status, "arguments": call.arguments, "result": shown})
+        await turn.frame(
+            {"type": "tool_call", "tool": call.name, "status": result.status, "arguments": call.arguments, "result": shown}
+        )
+        self.events.publish(
+            "tool_call",
+            {
+                "input_id": turn.message.id,
+                "tool": call.name,
+                "plugin": call.plugin,
+                "status": result.status,
+                "arguments": call.arguments,
+                "result": shown,
+                "duration_ms": result.duration_ms,
+            },
+        )
+        return result
+
+    async def _end(
+        self, ctx: StageContext, turn: _Turn, final: str, *, interrupted: bool = False, error: str = ""
+    ) -> TurnResult:
+        message = turn.message
+        if ctx.response is not None:  # a stage short-circuited: straight to delivery and after_output
+            final = ctx.final_text = ctx.response
+        elif not error and not interrupted:
+            ctx.final_text = final
+            await self.stages.run(Stage.BEFORE_OUTPUT, ctx)
+            final = ctx.response if ctx.response is not None else ctx.final_text
+        result = TurnResult(
+            ok=not error,
+            text=final,
+            error=error,
+            reasoning="".join(turn.reasoning),
+            tool_calls=turn.tool_log,
+            usage=turn.usage,
+            source=turn.source,
+            interrupted=interrupted,
+            input_id=message.id,
+        )
+        await self._deliver(turn, result)
+        if not error:
+            await self.stages.run(Stage.AFTER_OUTPUT, ctx)
+        if not turn.consolidation:
+            try:
+                await self.memory.record(
+                    TurnRecord(
+                        user_text=ctx.raw_message,
+                        reply=final,
+                        channel=message.channel,
+                        source=message.source,
+                        user_id=ctx.user_id,
+                        no_memory=message.no_memory,
+                        tool_outputs=turn.tool_outputs,
+                        ts=message.ts,
+                        input_id=message.id,
+                    )
+                )
+            except Exception:
+                log.exception("recording turn %s in memory failed", message.id)
+        if self.textlog is not None:
+            self.textlog.append("user", ctx.raw_message, channel=message.channel, id=message.id, source=message.source)
+            self.textlog.append(
+                "assistant",
+                final,
+                channel=message.channel,
+                id=message.id,
+                error=error or None,
+                tools=[t["tool"] for t in turn.tool_log],
+                ms=round((time.perf_counter() - turn.started) * 1000, 1),
+            )
+        self.events.publish(
+            "agent_output",
+            {
+                "input_id": message.id,
+                "channel": message.channel,
+                "text": final,
+                "error": error,
+                "interrupted": interrupted,
+                "kind": "reply",
+            },
+        )
+        if message.reply is not None and not message.reply.done():
+            message.reply.set_result(result)
+        return result
+
+    async def _deliver(self, turn: _Turn, result: TurnResult) -> None:
+        message = turn.message
+        if message.sink is not None:
+            if result.error and not result.interrupted:
+                await turn.frame({"type": "error", "message": result.error, "id": message.id})
+            await turn.frame(
+                {
+                    "type": "response",
+                    "text": result.text,
+                    "ok": result.ok,
+                    "interrupted": result.interrupted,
+                    "id": message.id,
+                    "usage": result.usage,
+                    "source": result.source,
+                }
+            )
+            return
+        if message.reply is not None or turn.consolidation or not result.text:
+            return
+        if self.channels is not None and self.channels.get(message.channel) is not None:
+            await self.channels.send(message.channel, result.text, {"reply_to": message.id, "user_id": message.options.user_id})
+
+
+def _assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:
+    return {
+        "role": "assistant",
+        "content": text or None,
+        "tool_calls": [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {
+                    "name": c.name,
+                    "arguments": c.raw_arguments or json.dumps(c.arguments, ensure_ascii=False),
+                },
+            }
+            for c in calls
+        ],
+    }
+
+
+def _tool_message(call: ToolCall, text: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": text}

@@ -1,0 +1,483 @@
+"""The stage pipeline host: runs plugin hooks at the seven points of a turn.
+
+Why it is shaped this way:
+
+* All handlers of a stage run concurrently (an asyncio task per async
+  handler) on the one shared :class:`StageContext`, as the original's
+  goroutines did, so a stage costs the slowest handler, not the sum. No order
+  among handlers of one stage is promised. Handlers that read-modify-write a
+  field (or mutate a list while another handler might replace it) hold
+  ``ctx.lock``.
+* A plugin must not break a turn: every handler is isolated (its exception is
+  logged with the traceback and recorded in ``ctx.errors`` as
+  ``"<plugin>/<handler>: <ExcType>: <message>"``) and has a timeout after which
+  its task is cancelled and the turn moves on. A handler that swallows the
+  cancellation is abandoned after a short grace period (``cancel_grace``), so
+  it cannot hold the turn either; it is logged as a straggler.
+* The permission matrix of the plugin SDK is enforced, not just documented:
+  each handler sees a :class:`StageView` of the shared context. Writes to a
+  field the stage may not write raise :class:`StagePermissionError`, and
+  containers that are not writable come back as read-only copies (``tuple``,
+  ``MappingProxyType``, ``frozenset``; dataclass items such as ``ToolCall`` as
+  :class:`ReadOnlyView`), recursively, so in-place mutation fails too. Writable
+  fields are the shared objects themselves, so changes land directly.
+* Nothing registered for a stage costs a dict lookup and a comparison.
+
+Choices beyond the SDK matrix (the matrix itself is :data:`WRITABLE`):
+
+* ``extra`` and ``errors`` are writable in every stage; ``memory`` and
+  ``no_memory`` in ``on_input`` and ``pre_action`` (later the memory has been
+  used already). ``tool_call`` (the call being executed) is writable in
+  ``before_toolcall`` — deny with ``ctx.tool_call.denied = True`` and
+  ``deny_reason``, or change ``arguments``; ``tool_result`` in ``after_toolcall``.
+* ``user_id``, ``group_id``, ``channel``, ``source``, ``reasoning_content``,
+  ``token_usage``, ``phase`` and ``lock`` are read-only everywhere: they
+  describe where the message came from or what the host did.
+* Reads are allowed everywhere. A non-writable container is re-frozen on
+  every read (a copy proportional to its size): read it once into a local.
+* Setting a name that is not a StageContext field raises ``AttributeError``
+  (plugin state belongs in ``ctx.extra``). After its stage has finished a view
+  rejects all writes, so an abandoned handler cannot change a later stage.
+* Plain (non-async) handlers are accepted and called directly on the event
+  loop, without a task: they must be quick (no I/O); they cannot be timed
+  out, and one that blocks the loop for more than 50 ms is logged. If one
+  returns an awaitable, that is awaited like an async handler.
+* ``own_tools`` handlers of ``before_toolcall``/``after_toolcall`` run only
+  when ``ctx.tool_call.plugin`` (``ctx.tool_result.plugin`` after the call)
+  equals their plugin; in other stages the flag changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import inspect
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from homeagent.sdk.types import STAGES, Stage, StageContext, StageHandler
+
+logger = logging.getLogger("homeagent.stages")
+
+__all__ = [
+    "WRITABLE",
+    "HandlerInfo",
+    "ReadOnlyView",
+    "StageHost",
+    "StagePermissionError",
+    "StageView",
+    "parse_stage",
+    "writable_fields",
+]
+
+_ALL_STAGES = frozenset(STAGES)
+
+WRITABLE: Mapping[str, frozenset[Stage]] = MappingProxyType(
+    {
+        "raw_message": frozenset({Stage.ON_INPUT}),
+        "context_msgs": frozenset({Stage.PRE_ACTION}),
+        "llm_text": frozenset({Stage.POST_ACTION}),
+        "tool_calls": frozenset({Stage.POST_ACTION, Stage.BEFORE_TOOLCALL}),
+        "tool_call": frozenset({Stage.BEFORE_TOOLCALL}),
+        "tool_results": frozenset({Stage.AFTER_TOOLCALL}),
+        "tool_result": frozenset({Stage.AFTER_TOOLCALL}),
+        "final_text": frozenset({Stage.BEFORE_OUTPUT}),
+        "response": _ALL_STAGES - {Stage.AFTER_OUTPUT},
+        "memory": frozenset({Stage.ON_INPUT, Stage.PRE_ACTION}),
+        "no_memory": frozenset({Stage.ON_INPUT, Stage.PRE_ACTION}),
+        "extra": _ALL_STAGES,
+        "errors": _ALL_STAGES,
+    }
+)
+"""Field name → the stages whose handlers may write it. Every field is readable everywhere."""
+
+_WRITABLE_BY_STAGE: dict[Stage, frozenset[str]] = {
+    s: frozenset(f for f, stages in WRITABLE.items() if s in stages) for s in STAGES
+}
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(StageContext))
+_TOOL_STAGES = frozenset({Stage.BEFORE_TOOLCALL, Stage.AFTER_TOOLCALL})
+_SLOW_SYNC_S = 0.05
+
+
+class StagePermissionError(PermissionError):
+    """A stage handler wrote a field its stage may not write."""
+
+
+def parse_stage(stage: Stage | str) -> Stage:
+    """The Stage for a name; ValueError listing the valid names otherwise."""
+    if isinstance(stage, Stage):
+        return stage
+    try:
+        return Stage(stage)
+    except ValueError:
+        valid = ", ".join(s.value for s in STAGES)
+        raise ValueError(f"unknown stage {stage!r}; valid stages: {valid}") from None
+
+
+def writable_fields(stage: Stage | str) -> frozenset[str]:
+    """The StageContext fields a handler of ``stage`` may write (for hosts applying remote changes)."""
+    return _WRITABLE_BY_STAGE[parse_stage(stage)]
+
+
+def _denied(path: str, stage: Stage) -> StagePermissionError:
+    allowed = ", ".join(sorted(_WRITABLE_BY_STAGE[stage]))
+    return StagePermissionError(f"ctx.{path} is read-only in stage {stage.value!r} (writable there: {allowed})")
+
+
+_SCALARS = (str, int, float, bytes, type(None), enum.Enum)
+
+
+def _freeze(value: Any, path: str, stage: Stage) -> Any:
+    """A read-only rendering of ``value``: containers copied into immutable ones, dataclasses wrapped."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, list | tuple):
+        item_path = f"{path}[]"
+        return tuple(_freeze(v, item_path, stage) for v in value)
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v, f"{path}[{k!r}]", stage) for k, v in value.items()})
+    if isinstance(value, set | frozenset):
+        return frozenset(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return ReadOnlyView(value, path, stage)
+    return value
+
+
+class ReadOnlyView:
+    """Read access to a dataclass item (ToolCall, ToolResult, MemItem) of a field the stage may not write."""
+
+    __slots__ = ("_obj", "_path", "_stage")
+
+    _obj: Any
+    _path: str
+    _stage: Stage
+
+    def __init__(self, obj: Any, path: str, stage: Stage) -> None:
+        object.__setattr__(self, "_obj", obj)
+        object.__setattr__(self, "_path", path)
+        object.__setattr__(self, "_stage", stage)
+
+    def __getattr__(self, name: str) -> Any:
+        return _freeze(getattr(self._obj, name), f"{self._path}.{name}", self._stage)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise _denied(f"{self._path}.{name}", self._stage)
+
+    def __delattr__(self, name: str) -> None:
+        raise _denied(f"{self._path}.{name}", self._stage)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ReadOnlyView):
+            other = other._obj
+        return bool(self._obj == other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyView({self._obj!r})"
+
+
+class StageView(StageContext):
+    """What a handler receives: the shared context seen through the stage's permissions.
+
+    Same attribute names as :class:`StageContext` (including ``lock``, the shared
+    lock); it is an instance of it, so handlers typed against StageContext work.
+    """
+
+    _shared: StageContext
+    _stage: Stage
+    _writable: frozenset[str]
+    _open: bool
+
+    def __init__(self, shared: StageContext, stage: Stage) -> None:  # no dataclass init: state lives in `shared`
+        d = self.__dict__
+        d["_shared"] = shared
+        d["_stage"] = stage
+        d["_writable"] = _WRITABLE_BY_STAGE[stage]
+        d["_open"] = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _FIELD_NAMES:
+            raise AttributeError(f"StageContext has no field {name!r}; keep plugin state in ctx.extra")
+        object.__setattr__(self, name, value)  # goes through the field's property
+
+    def __delattr__(self, name: str) -> None:
+        raise _denied(name, self._stage)
+
+    def _close(self) -> None:
+        self.__dict__["_open"] = False
+
+
+def _field_property(name: str) -> property:
+    def fget(self: StageView) -> Any:
+        value = getattr(self._shared, name)
+        if name in self._writable:
+            return value
+        return _freeze(value, name, self._stage)
+
+    def fset(self: StageView, value: Any) -> None:
+        if name not in self._writable:
+            raise _denied(name, self._stage)
+        if not self._open:
+            raise StagePermissionError(f"ctx.{name}: stage {self._stage.value!r} has already finished")
+        setattr(self._shared, name, value)
+
+    return property(fget, fset, doc=f"The shared context's {name}, as the stage permits.")
+
+
+for _name in _FIELD_NAMES:
+    setattr(StageView, _name, _field_property(_name))
+del _name
+
+
+@dataclass(frozen=True)
+class HandlerInfo:
+    """One registration as shown on health pages; ``total_time`` in seconds."""
+
+    stage: Stage
+    plugin: str
+    name: str
+    own_tools: bool
+    timeout: float
+    calls: int
+    failures: int
+    timeouts: int
+    total_time: float
+
+    @property
+    def mean_ms(self) -> float:
+        return self.total_time * 1000 / self.calls if self.calls else 0.0
+
+
+@dataclass(eq=False)
+class _Entry:
+    stage: Stage
+    handler: StageHandler
+    plugin: str
+    name: str
+    own_tools: bool
+    timeout: float
+    is_async: bool
+    calls: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    total_time: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.plugin or 'core'}/{self.name}"
+
+    def info(self) -> HandlerInfo:
+        return HandlerInfo(
+            self.stage,
+            self.plugin,
+            self.name,
+            self.own_tools,
+            self.timeout,
+            self.calls,
+            self.failures,
+            self.timeouts,
+            self.total_time,
+        )
+
+
+def _handler_name(handler: Any) -> str:
+    name = getattr(handler, "__qualname__", None) or getattr(handler, "__name__", None)
+    return str(name).rsplit("<locals>.", 1)[-1] if name else type(handler).__name__
+
+
+def _check_timeout(timeout: float) -> float:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not (timeout > 0 and math.isfinite(timeout))
+    ):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    return float(timeout)
+
+
+class StageHost:
+    """Holds the stage handlers and runs one stage of a turn at a time."""
+
+    def __init__(self, *, default_timeout: float = 10.0, cancel_grace: float = 0.05) -> None:
+        self._default_timeout = _check_timeout(default_timeout)
+        self._grace = cancel_grace
+        self._entries: dict[Stage, tuple[_Entry, ...]] = {s: () for s in STAGES}
+        self._stragglers: set[asyncio.Task[None]] = set()
+
+    # registration -----------------------------------------------------------------
+
+    def register(
+        self,
+        stage: Stage | str,
+        handler: StageHandler,
+        *,
+        plugin: str = "",
+        own_tools: bool = False,
+        timeout: float | None = None,
+        name: str = "",
+    ) -> Callable[[], None]:
+        """Add a handler to ``stage``; returns a function that removes exactly this registration."""
+        st = parse_stage(stage)
+        if not callable(handler):
+            raise TypeError(f"stage handler must be callable, got {type(handler).__name__}")
+        if own_tools and not plugin:
+            raise ValueError("own_tools=True needs the plugin name the tools belong to")
+        entry = _Entry(
+            stage=st,
+            handler=handler,
+            plugin=plugin,
+            name=name or _handler_name(handler),
+            own_tools=own_tools and st in _TOOL_STAGES,
+            timeout=self._default_timeout if timeout is None else _check_timeout(timeout),
+            is_async=inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__),
+        )
+        self._entries[st] = (*self._entries[st], entry)  # copy-on-write: a running stage keeps its snapshot
+
+        def undo() -> None:
+            self._entries[st] = tuple(e for e in self._entries[st] if e is not entry)
+
+        return undo
+
+    def unregister_plugin(self, plugin: str) -> int:
+        """Remove every handler of ``plugin``; returns how many there were."""
+        removed = 0
+        for st, entries in self._entries.items():
+            kept = tuple(e for e in entries if e.plugin != plugin)
+            removed += len(entries) - len(kept)
+            self._entries[st] = kept
+        return removed
+
+    def handlers(self, stage: Stage | str) -> list[HandlerInfo]:
+        return [e.info() for e in self._entries[parse_stage(stage)]]
+
+    def has_handlers(self, stage: Stage | str) -> bool:
+        return bool(self._entries[parse_stage(stage)])
+
+    @property
+    def stragglers(self) -> int:
+        """Handler tasks that ignored cancellation and are still running."""
+        return len(self._stragglers)
+
+    # running ----------------------------------------------------------------------
+
+    async def run(self, stage: Stage | str, ctx: StageContext) -> bool:
+        """Run every handler of ``stage`` on ``ctx``; True when ``ctx.response`` is set (jump to after_output)."""
+        st = stage if type(stage) is Stage else parse_stage(stage)
+        ctx.phase = st
+        entries = self._entries[st]
+        if entries:
+            if st in _TOOL_STAGES:
+                entries = _own_tools_filter(st, ctx, entries)
+            if entries:
+                await self._run_entries(st, ctx, entries)
+        return ctx.response is not None
+
+    async def _run_entries(self, stage: Stage, ctx: StageContext, entries: tuple[_Entry, ...]) -> None:
+        loop = asyncio.get_running_loop()
+        view = StageView(ctx, stage)
+        start = loop.time()
+        tasks: dict[asyncio.Task[None], _Entry] = {}
+        try:
+            for e in entries:
+                if e.is_async:
+                    tasks[loop.create_task(self._invoke(e, view, ctx))] = e
+            for e in entries:  # plain functions run right here, while the async ones are scheduled
+                if not e.is_async and (more := self._call_sync(e, view, ctx)) is not None:
+                    tasks[loop.create_task(self._invoke(e, view, ctx, more))] = e
+            if not tasks:
+                return
+            # One loop pass lets every handler that waits for nothing finish, saving the
+            # two extra passes asyncio.wait() costs; only real waiters reach the loop below.
+            await asyncio.sleep(0)
+            pending = {t for t in tasks if not t.done()}
+            deadline = {t: start + tasks[t].timeout for t in pending}
+            expired: list[asyncio.Task[None]] = []
+            while pending:
+                nearest = min(deadline[t] for t in pending)
+                _, pending = await asyncio.wait(pending, timeout=max(0.0, nearest - loop.time()))
+                now = loop.time()
+                for t in [t for t in pending if deadline[t] <= now]:
+                    t.cancel()
+                    pending.discard(t)
+                    expired.append(t)
+                    self._record_timeout(tasks[t], ctx)
+            if expired:
+                await self._reap(expired, tasks)
+        except BaseException as exc:  # the turn was interrupted (or the process is going down)
+            for t in tasks:
+                t.cancel()
+            if tasks and isinstance(exc, asyncio.CancelledError):
+                await self._reap(list(tasks), tasks)
+            raise
+        finally:
+            view._close()
+
+    def _call_sync(self, entry: _Entry, view: StageView, ctx: StageContext) -> Awaitable[Any] | None:
+        """Call a plain-function handler on the loop; an awaitable it returns is handed back to be awaited."""
+        t0 = time.perf_counter()
+        try:
+            result = entry.handler(view)
+        except Exception as exc:
+            self._record_failure(entry, ctx, exc)
+            result = None
+        if inspect.isawaitable(result):
+            return result
+        elapsed = time.perf_counter() - t0
+        entry.calls += 1
+        entry.total_time += elapsed
+        if elapsed > _SLOW_SYNC_S:
+            logger.warning("stage handler %s blocked the event loop for %.0f ms", entry.label, elapsed * 1000)
+        return None
+
+    async def _invoke(
+        self, entry: _Entry, view: StageView, ctx: StageContext, started: Awaitable[Any] | None = None
+    ) -> None:
+        t0 = time.perf_counter()
+        try:
+            result = entry.handler(view) if started is None else started
+            if inspect.isawaitable(result):
+                await result
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._record_failure(entry, ctx, exc)
+        finally:
+            entry.calls += 1
+            entry.total_time += time.perf_counter() - t0
+
+    def _record_failure(self, entry: _Entry, ctx: StageContext, exc: Exception) -> None:
+        entry.failures += 1
+        logger.error("stage handler %s failed in %s", entry.label, entry.stage.value, exc_info=exc)
+        ctx.errors.append(f"{entry.label}: {type(exc).__name__}: {exc}")
+
+    def _record_timeout(self, entry: _Entry, ctx: StageContext) -> None:
+        entry.failures += 1
+        entry.timeouts += 1
+        logger.warning("stage handler %s timed out after %gs in %s", entry.label, entry.timeout, entry.stage.value)
+        ctx.errors.append(f"{entry.label}: timed out after {entry.timeout:g}s")
+
+    async def _reap(self, cancelled: list[asyncio.Task[None]], tasks: dict[asyncio.Task[None], _Entry]) -> None:
+        """Give cancelled handler tasks a moment to unwind; abandon the ones that ignore it."""
+        _, still = await asyncio.wait(cancelled, timeout=self._grace)
+        for t in still:
+            logger.warning("stage handler %s ignored cancellation; abandoned", tasks[t].label)
+            self._stragglers.add(t)
+            t.add_done_callback(self._stragglers.discard)
+
+
+def _own_tools_filter(stage: Stage, ctx: StageContext, entries: tuple[_Entry, ...]) -> tuple[_Entry, ...]:
+    if not any(e.own_tools for e in entries):
+        return entries
+    owner: str | None = None
+    if stage is Stage.AFTER_TOOLCALL and ctx.tool_result is not None:
+        owner = ctx.tool_result.plugin
+    elif ctx.tool_call is not None:
+        owner = ctx.tool_call.plugin
+    return tuple(e for e in entries if not e.own_tools or e.plugin == owner)

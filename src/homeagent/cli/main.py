@@ -1,0 +1,183 @@
+"""The ``homeagent`` command."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from homeagent import __version__
+from homeagent.cli.client import Client, DaemonUnavailable, RemoteError
+from homeagent.paths import DataPaths, resolve_data_dir
+
+
+def paths_from(args: argparse.Namespace) -> DataPaths:
+    return DataPaths(resolve_data_dir(getattr(args, "data_dir", None)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="homeagent", description="HomeAgent: your personal AI agent daemon.")
+    parser.add_argument("--version", action="version", version=f"homeagent {__version__}")
+    parser.add_argument("--data-dir", help="data directory (default: $HOMEAGENT_DATA_DIR or the user data dir)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the daemon in the foreground")
+    run.add_argument("--log-level", choices=["debug", "info", "warn", "error"], help="override core.daemon.log_level")
+    run.add_argument("--no-web", action="store_true", help="do not start the web UI")
+    run.set_defaults(func=cmd_run)
+
+    ask = sub.add_parser("ask", help="send one message and print the reply")
+    ask.add_argument("text", nargs="+")
+    ask.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    ask.add_argument("--timeout", type=float, default=300.0)
+    ask.set_defaults(func=cmd_ask)
+
+    chat = sub.add_parser("chat", help="interactive chat with streamed replies")
+    chat.set_defaults(func=cmd_chat)
+
+    status = sub.add_parser("status", help="show the daemon's status")
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(func=cmd_status)
+
+    stop = sub.add_parser("stop", help="stop the running daemon")
+    stop.set_defaults(func=cmd_stop)
+
+    from homeagent.cli import config_cmd
+
+    config_cmd.register(sub)
+    for module_name in ("homeagent.cli.memory_cmd", "homeagent.cli.plugin_cmd", "homeagent.cli.webui_cmd"):
+        _register_optional(module_name, sub)
+    return parser
+
+
+def _register_optional(module_name: str, sub: Any) -> None:
+    """Command groups that live in their own modules register themselves here."""
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return
+        raise
+    module.register(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        return 130
+    except DaemonUnavailable as exc:
+        print(f"homeagent: {exc}", file=sys.stderr)
+        return 3
+    except RemoteError as exc:
+        print(f"homeagent: {exc}", file=sys.stderr)
+        return 1
+
+
+# -- commands -----------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    from homeagent.daemon import run_daemon
+
+    return run_daemon(paths_from(args), log_level=args.log_level, web=not args.no_web)
+
+
+async def rpc(args: argparse.Namespace, method: str, params: dict[str, Any] | None = None) -> Any:
+    client = await Client.connect(paths_from(args).socket)
+    try:
+        return await client.call(method, params)
+    finally:
+        await client.close()
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    text = " ".join(args.text)
+
+    async def go() -> dict[str, Any]:
+        client = await Client.connect(paths_from(args).socket)
+        try:
+            final: dict[str, Any] = {"ok": False, "error": "no response"}
+            tools: list[dict[str, Any]] = []
+            errors: list[str] = []
+            async for frame in client.chat(text):
+                if frame["type"] == "tool_call":
+                    tools.append({k: frame.get(k) for k in ("tool", "status", "result")})
+                elif frame["type"] == "error":
+                    errors.append(str(frame.get("message")))
+                elif frame["type"] == "response":
+                    final = dict(frame)
+                elif frame["type"] == "closed":
+                    final = {"ok": False, "error": "the daemon closed the connection"}
+            final["tool_calls"] = tools
+            if errors and not final.get("error"):
+                final["error"] = "; ".join(errors)
+            return final
+        finally:
+            await client.close()
+
+    result = asyncio.run(asyncio.wait_for(go(), args.timeout))
+    result.pop("type", None)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+    elif result.get("ok"):
+        print(result.get("text", ""))
+    else:
+        print(f"homeagent: {result.get('error') or 'the turn failed'}", file=sys.stderr)
+    return 0 if result.get("ok") else 1
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from homeagent.cli.chat import run_chat
+
+    return asyncio.run(run_chat(paths_from(args)))
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    status = asyncio.run(rpc(args, "status"))
+    if args.json:
+        print(json.dumps(status, ensure_ascii=False, indent=2))
+        return 0
+    print(format_status(status))
+    return 0
+
+
+def format_status(status: dict[str, Any]) -> str:
+    agent = status.get("agent", {})
+    lines = [
+        f"HomeAgent {status.get('version')}  pid {status.get('pid')}  up {status.get('uptime_s', 0):.0f}s",
+        f"data dir   {status.get('data_dir')}",
+        f"socket     {status.get('socket')}",
+    ]
+    if status.get("web"):
+        lines.append(f"web UI     {status['web']}")
+    lines.append(
+        f"agent      {'busy' if agent.get('busy') else 'idle'}; {agent.get('turns', 0)} turns, "
+        f"{agent.get('queued', 0)} queued"
+    )
+    lines.append(f"LLM        {status.get('llm_source') or 'offline'}")
+    lines.append(f"tools      {status.get('tools', 0)}   plugins {status.get('plugins', 0)}")
+    return "\n".join(lines)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    try:
+        asyncio.run(rpc(args, "shutdown"))
+    except DaemonUnavailable as exc:
+        print(f"homeagent: {exc}", file=sys.stderr)
+        return 3
+    print("stopping")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

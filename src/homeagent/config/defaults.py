@@ -1,0 +1,209 @@
+"""The core settings the daemon knows, with their defaults and descriptions.
+
+These definitions are the single source for validation, the web UI's settings
+page and docs/configuration.md. The keys follow the original HomeAgent, minus
+its Docker-agent keys; where the original's defaults were unsafe or assumed a
+particular vendor (a web UI on all interfaces, a DeepSeek source with no key)
+the defaults here are safe and vendor-neutral.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from homeagent.sdk.types import ConfigDef
+
+LOG_LEVELS = ["debug", "info", "warn", "error"]
+
+SOURCE_PREFIX = "core.llm.sources."
+
+# Fields of one LLM source, `core.llm.sources.<name>.<field>`. Sources are not
+# seeded: a source exists once one of its fields is set.
+SOURCE_FIELDS: dict[str, ConfigDef] = {
+    d.key: d
+    for d in (
+        ConfigDef("base_url", "", "string", "Base URL", "The provider's API root, e.g. https://api.example.com/v1."),
+        ConfigDef("model", "", "string", "Model", "Model name sent to the provider."),
+        ConfigDef("api_key", "", "password", "API key", "Key for the provider; stored locally, shown masked.",
+                  secret=True),
+        ConfigDef("adapter", "", "string", "Adapter",
+                  "Lua adapter that speaks the provider's wire format (e.g. openai, deepseek, anthropic)."),
+        ConfigDef("adapter_path", "", "string", "Adapter file",
+                  "Path to a custom .lua adapter; relative paths are under the data directory."),
+        ConfigDef("max_concurrent", 8, "int", "Max concurrent requests",
+                  "Requests in flight to this source at once.", min=1, max=1024),
+        ConfigDef("priority", 0, "int", "Priority", "Fallback order: larger is tried first."),
+        ConfigDef("context_window", 0, "int", "Context window",
+                  "Tokens the model accepts; 0 = unknown.", min=0),
+        ConfigDef("thinking_enabled", False, "bool", "Thinking",
+                  "Ask the model for its reasoning where the provider supports it."),
+    )
+}
+
+
+def source_field_def(source: str, field: str) -> ConfigDef | None:
+    """The definition of `core.llm.sources.<source>.<field>`, or None if the field is unknown."""
+    base = SOURCE_FIELDS.get(field)
+    if base is None or not source or "." in source:
+        return None
+    return replace(
+        base,
+        key=f"{SOURCE_PREFIX}{source}.{field}",
+        category="llm",
+        display_name=f"{source}: {base.display_name}",
+        options=list(base.options),
+    )
+
+
+def _def(key: str, default: object, type_: str, category: str, name: str, description: str,
+         **kw: object) -> ConfigDef:
+    return ConfigDef(key=key, default=default, type=type_, category=category, display_name=name,
+                     description=description, **kw)  # type: ignore[arg-type]
+
+
+def core_defs(data_dir: Path) -> list[ConfigDef]:
+    """Every core setting, its default computed for ``data_dir``."""
+    data = Path(data_dir)
+
+    def p(*parts: str) -> str:
+        return str(data.joinpath(*parts))
+
+    return [
+        # ---- daemon
+        _def("core.daemon.heartbeat_interval", "15s", "duration", "daemon", "Heartbeat interval",
+             "How often the daemon records that it is alive.", min=1),
+        _def("core.daemon.check_interval", "30s", "duration", "daemon", "Health-check interval",
+             "How often LLM sources and plugins are health-checked.", min=1),
+        _def("core.daemon.log_level", "info", "select", "daemon", "Log level",
+             "Minimum level written to the log.", options=list(LOG_LEVELS)),
+        _def("core.log.max_bytes", 10 * 1024 * 1024, "int", "daemon", "Log file size",
+             "Bytes a log file may reach before it is rotated.", min=4096),
+        _def("core.log.backups", 5, "int", "daemon", "Rotated logs kept",
+             "How many rotated log files are kept.", min=0, max=1000),
+        _def("core.defaults.llm_endpoints", "", "string", "daemon", "Health-probe endpoints",
+             "Comma-separated URLs probed by the health check; empty = the sources' base URLs."),
+        # ---- paths
+        _def("core.daemon.data_dir", p(), "string", "paths", "Data directory",
+             "Where HomeAgent keeps its database, memory, plugins and logs (informational; "
+             "change it with --data-dir or HOMEAGENT_DATA_DIR)."),
+        _def("core.plugin.dir", p("plugins"), "string", "paths", "Plugin directory",
+             "Installed plugins."),
+        _def("core.memory.graph", p("memory", "graph.db"), "string", "paths", "Knowledge graph",
+             "SQLite file of the long-term memory graph (L3)."),
+        _def("core.memory.text", p("memory", "text"), "string", "paths", "Text log",
+             "Folder of the raw conversation text log."),
+        _def("core.memory.documents", p("memory", "documents"), "string", "paths", "Documents",
+             "Folder of the document store (L2)."),
+        _def("core.knowledge.path", p("knowledge"), "string", "paths", "Knowledge base",
+             "Folder of the curated knowledge base."),
+        _def("core.log.path", p("log"), "string", "paths", "Log directory", "Where log files are written."),
+        # ---- llm
+        _def("core.llm.provider", "", "string", "llm", "Provider",
+             "Source to use first. Empty = automatic: environment variables, then configured sources "
+             "(by priority), then the offline provider."),
+        _def("core.llm.model", "", "string", "llm", "Model",
+             "Model for the default source; empty = the source's own or the adapter's default."),
+        _def("core.llm.base_url", "", "string", "llm", "Base URL", "API root of the default source."),
+        _def("core.llm.api_key", "", "password", "llm", "API key",
+             "Key for the default source; empty = environment (HOMEAGENT_LLM_API_KEY, LLM_API_KEY, "
+             "DEEPSEEK_API_KEY).", secret=True),
+        _def("core.llm.adapter", "", "string", "llm", "Adapter",
+             "Lua adapter of the default source; empty = chosen from the base URL."),
+        _def("core.llm.temperature", 0.7, "float", "llm", "Temperature", "Sampling temperature.",
+             min=0, max=2, step=0.1),
+        _def("core.llm.max_tokens", 4096, "int", "llm", "Max output tokens",
+             "Upper bound on tokens generated per reply.", min=1),
+        _def("core.llm.thinking_enabled", False, "bool", "llm", "Thinking",
+             "Ask the model for its reasoning where supported."),
+        # ---- agent
+        _def("core.agent.max_tool_turns", 10, "int", "agent", "Max tool turns",
+             "LLM rounds with tool calls allowed for one message.", min=1, max=100),
+        _def("core.agent.max_context_size", 30, "int", "agent", "Context size",
+             "Messages kept in the context window (the newest 10 always stay).", min=1),
+        _def("core.agent.context_top_k", 30, "int", "agent", "Context top-k",
+             "Events the relevance pruner keeps in the context (newest 10 + most similar).", min=1),
+        _def("core.agent.stage_timeout", "10s", "duration", "agent", "Stage handler timeout",
+             "Time one plugin stage handler may take before it is cancelled.", min=0.1),
+        _def("core.agent.tool_timeout", "120s", "duration", "agent", "Tool timeout",
+             "Time one tool call may take before it is cancelled.", min=0.1),
+        _def("core.agent.workdir", "", "string", "agent", "Working directory",
+             "Working directory for commands run by the agent; empty = the data directory."),
+        _def("core.agent.system_prompt", "", "text", "agent", "System prompt",
+             "Persona text; empty = the built-in text."),
+        _def("core.agent.persona_file", "", "string", "agent", "Persona file",
+             "File whose text replaces the persona part of the system prompt; empty = none."),
+        _def("core.defaults.openclaw_enabled", True, "bool", "agent", "OpenClaw skills",
+             "Accept OpenClaw/ClawHub skill metadata (gating and aliases) in SKILL.md files."),
+        # ---- memory
+        _def("core.agent.distill_interval", "30m", "duration", "memory", "Distill interval",
+             "How often the context is pruned into the document store (L1 to L2).", min=1),
+        _def("core.agent.archive_interval", "60m", "duration", "memory", "Archive interval",
+             "How often cold documents are distilled into the knowledge graph (L2 to L3).", min=1),
+        _def("core.agent.review_interval", "120m", "duration", "memory", "Review interval",
+             "How often graph relations are checked against their source sentences.", min=1),
+        _def("core.agent.merge_interval", "120m", "duration", "memory", "Merge interval",
+             "How often duplicate entities are merged.", min=1),
+        _def("core.agent.embedding_model_path", "", "string", "memory", "Embedding models",
+             "Comma list of word-vector / model2vec paths; empty = the built-in offline embedder."),
+        _def("core.agent.onnx_model_path", "", "string", "memory", "Parser model",
+             "Dependency-parse ONNX model; empty = rules only."),
+        # ---- input processing
+        _def("core.input_processing.image.fallback_provider", "", "string", "input", "Image provider",
+             "Source used to describe images when the current model cannot see; empty = none."),
+        _def("core.input_processing.image.fallback_model", "", "string", "input", "Image model",
+             "Model used with the image provider."),
+        _def("core.input_processing.image.describe_prompt",
+             "请详细描述这张图片的内容，包括主要对象、场景、文字和值得注意的细节。", "text", "input",
+             "Image description prompt", "Prompt used to turn an image into text."),
+        _def("core.input_processing.image.ocr_enabled", True, "bool", "input", "Image OCR",
+             "Also extract the text in images."),
+        _def("core.input_processing.image.ocr_prompt",
+             "请识别这张图片中的所有文字内容，按原有顺序输出；没有文字时回答“无文字”。", "text", "input",
+             "OCR prompt", "Prompt used to read the text in an image."),
+        _def("core.input_processing.audio.fallback_provider", "", "string", "input", "Audio provider",
+             "Source used to transcribe audio; empty = none."),
+        _def("core.input_processing.audio.fallback_model", "", "string", "input", "Audio model",
+             "Model used with the audio provider."),
+        _def("core.input_processing.audio.describe_prompt", "请转写这段音频的内容。", "text", "input",
+             "Audio prompt", "Prompt used to turn audio into text."),
+        # ---- web UI
+        _def("webui.listen_addr", "127.0.0.1:8780", "string", "webui", "Listen address",
+             "host:port of the web UI and HTTP API. A non-loopback host also needs webui.allow_remote."),
+        _def("webui.allow_remote", False, "bool", "webui", "Allow remote access",
+             "Permit webui.listen_addr to bind to a non-loopback address."),
+    ]
+
+
+def _cell(value: object) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown_table(defs: list[ConfigDef], data_dir_placeholder: tuple[str, str] | None = None) -> str:
+    """A Markdown table of ``defs`` (key, type, default, description) for the docs.
+
+    ``data_dir_placeholder=(real_dir, "<data>")`` replaces a concrete data dir in defaults.
+    """
+    lines = ["| Key | Type | Default | Category | Description |", "|---|---|---|---|---|"]
+    for d in defs:
+        default: object = d.default
+        if isinstance(default, bool):
+            default = "true" if default else "false"
+        if data_dir_placeholder and isinstance(default, str):
+            default = default.replace(data_dir_placeholder[0], data_dir_placeholder[1])
+        type_ = d.type
+        if d.options:
+            type_ += " (" + "/".join(d.options) + ")"
+        if d.is_secret:
+            type_ += ", secret"
+        limits = []
+        unit = "s" if d.type == "duration" else ""
+        if d.min is not None:
+            limits.append(f"min {d.min:g}{unit}")
+        if d.max is not None:
+            limits.append(f"max {d.max:g}{unit}")
+        desc = d.description + (f" ({', '.join(limits)})" if limits else "")
+        shown = f"`{_cell(default)}`" if default not in ("", None) else '`""`'
+        lines.append(f"| `{d.key}` | {_cell(type_)} | {shown} | {d.category} | {_cell(desc)} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,333 @@
+"""Turning what a user typed (or a plugin passed) into a value of a setting's type.
+
+Every setting has a type from its ``ConfigDef``; the CLI and the web UI hand us
+strings, plugins hand us Python values. One coercion routine serves both, so
+``homeagent config set core.agent.max_tool_turns 20`` and
+``settings.set("max_tool_turns", 20)`` end up storing the same thing, and a bad
+value is refused with a message that says what would have been accepted.
+Messages never echo a secret value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from homeagent.sdk.types import ConfigDef
+
+
+class ConfigError(Exception):
+    """A setting could not be read or written; ``message`` is meant for the user."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}" if key else message)
+
+
+# Canonical names for the type spellings ConfigDef accepts.
+_TYPE_ALIASES: dict[str, str] = {
+    "": "string",
+    "string": "string",
+    "str": "string",
+    "text": "string",
+    "password": "string",
+    "int": "int",
+    "integer": "int",
+    "float": "float",
+    "number": "float",
+    "bool": "bool",
+    "boolean": "bool",
+    "duration": "duration",
+    "select": "select",
+    "json": "json",
+}
+
+KNOWN_TYPES: frozenset[str] = frozenset(_TYPE_ALIASES)
+
+
+def base_type(type_name: str) -> str:
+    """The canonical type (string/int/float/bool/duration/select/json) of a def's ``type``."""
+    try:
+        return _TYPE_ALIASES[type_name.strip().lower()]
+    except KeyError:
+        raise ValueError(
+            f"unknown setting type {type_name!r}; use one of {', '.join(sorted(t for t in KNOWN_TYPES if t))}"
+        ) from None
+
+
+# ---------------------------------------------------------------- durations
+
+_DURATION_UNITS: dict[str, float] = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h|d)")
+DURATION_HINT = "use a number with a unit, e.g. 250ms, 30s, 10m, 1h30m, 2d"
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration ("30s", "10m", "1h30m", "250ms", "1.5h", "2d").
+
+    A bare "0" is accepted; any other number needs a unit, because "30" could
+    mean seconds or minutes and guessing wrong is worse than asking.
+    """
+    s = text.strip().replace(" ", "")
+    if s in ("0", "0.0"):
+        return 0.0
+    if not s:
+        raise ValueError(f"an empty value is not a duration; {DURATION_HINT}")
+    if s.startswith("-"):
+        raise ValueError(f"{text.strip()!r} is negative; a duration here must be zero or more")
+    s = s.removeprefix("+")
+    pos = 0
+    total = 0.0
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            break
+        total += float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or pos == 0:
+        if re.fullmatch(r"\d+(?:\.\d+)?", s):
+            raise ValueError(f"{text.strip()!r} has no unit; did you mean {s}s? ({DURATION_HINT})")
+        raise ValueError(f"{text.strip()!r} is not a duration; {DURATION_HINT}")
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """A canonical duration string for a number of seconds (90 -> "1m30s", 0.25 -> "250ms")."""
+    if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError(f"{seconds!r} is not a valid number of seconds")
+    if seconds == 0:
+        return "0s"
+    if seconds < 1:
+        ms = seconds * 1000
+        return f"{round(ms)}ms" if abs(ms - round(ms)) < 1e-9 else f"{ms:g}ms"
+    whole = int(seconds)
+    frac = seconds - whole
+    if frac > 1e-9:
+        return f"{seconds:g}s"
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        n, whole = divmod(whole, size)
+        if n:
+            parts.append(f"{n}{unit}")
+    return "".join(parts)
+
+
+# ---------------------------------------------------------------- scalars
+
+_TRUE = frozenset({"true", "1", "yes", "y", "on"})
+_FALSE = frozenset({"false", "0", "no", "n", "off"})
+
+
+def parse_bool(value: Any) -> bool:
+    """A bool from True/False, 1/0 or the strings true/false, yes/no, on/off, 1/0."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        s = value.strip().lower()
+        if s in _TRUE:
+            return True
+        if s in _FALSE:
+            return False
+    raise ValueError(f"{_show(value)} is not true or false (use true/false, yes/no, on/off or 1/0)")
+
+
+def parse_int(value: Any) -> int:
+    """An int from an int, a whole float or a string such as "30" or "10_000"."""
+    if isinstance(value, bool):
+        raise ValueError(f"{_show(value)} is not a whole number")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        s = value.strip()
+        try:
+            return int(s, 10)
+        except ValueError:
+            pass
+        try:
+            f = float(s)
+        except ValueError:
+            f = math.nan
+        if f.is_integer():
+            return int(f)
+    raise ValueError(f"{_show(value)} is not a whole number")
+
+
+def parse_float(value: Any) -> float:
+    """A finite float from a number or a numeric string."""
+    if isinstance(value, bool):
+        raise ValueError(f"{_show(value)} is not a number")
+    f: float
+    if isinstance(value, int | float):
+        f = float(value)
+    elif isinstance(value, str):
+        try:
+            f = float(value.strip())
+        except ValueError:
+            raise ValueError(f"{_show(value)} is not a number") from None
+    else:
+        raise ValueError(f"{_show(value)} is not a number")
+    if math.isnan(f) or math.isinf(f):
+        raise ValueError(f"{_show(value)} is not a finite number")
+    return f
+
+
+def _show(value: Any, secret: bool = False) -> str:
+    if secret:
+        return "the value"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ---------------------------------------------------------------- coercion
+
+
+_EXPECTED = {"string": "text", "int": "a whole number", "float": "a number", "bool": "true or false"}
+
+
+def coerce(d: ConfigDef, value: Any) -> Any:
+    """``value`` converted to ``d``'s type and checked against its limits.
+
+    Raises ValueError with a message for the user (no key prefix, no secret).
+    Durations are returned as their normalised string; json as the decoded value.
+    """
+    secret = d.is_secret
+    kind = base_type(d.type)
+    if value is None:
+        raise ValueError("a value is required (delete the setting to go back to its default)")
+    try:
+        result = _coerce_kind(kind, d, value)
+    except ValueError:
+        if secret:
+            raise ValueError(f"the value is not valid here (expected {_EXPECTED.get(kind, kind)})") from None
+        raise
+    if d.required and kind in ("string", "select") and result == "":
+        raise ValueError("this setting is required and cannot be empty")
+    _check_range(d, kind, result)
+    return result
+
+
+def _coerce_kind(kind: str, d: ConfigDef, value: Any) -> Any:
+    if kind == "string":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        raise ValueError(f"{_show(value, d.is_secret)} is not text")
+    if kind == "int":
+        return parse_int(value)
+    if kind == "float":
+        return parse_float(value)
+    if kind == "bool":
+        return parse_bool(value)
+    if kind == "duration":
+        if isinstance(value, str):
+            parse_duration(value)
+            return value.strip().replace(" ", "")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return format_duration(float(value))
+        raise ValueError(f"{_show(value)} is not a duration; {DURATION_HINT}")
+    if kind == "select":
+        return _coerce_select(d, value)
+    if kind == "json":
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{_show(value)} cannot be stored as JSON") from None
+        return value
+    raise ValueError(f"unknown setting type {d.type!r}")  # pragma: no cover - base_type rejects first
+
+
+def _coerce_select(d: ConfigDef, value: Any) -> str:
+    if not isinstance(value, str):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = str(value)
+        else:
+            raise ValueError(f"{_show(value)} is not one of {', '.join(d.options)}")
+    s = value.strip()
+    if not d.options or s in d.options:
+        return s
+    for opt in d.options:
+        if opt.lower() == s.lower():
+            return opt
+    if s == "" and not d.required:
+        return s
+    raise ValueError(f"{s!r} is not one of {', '.join(d.options)}")
+
+
+def _check_range(d: ConfigDef, kind: str, value: Any) -> None:
+    if d.min is None and d.max is None:
+        return
+    if kind in ("int", "float"):
+        n = float(value)
+        unit = ""
+    elif kind == "duration":
+        n = parse_duration(value)
+        unit = " seconds"
+    else:
+        return
+    shown = "the value" if d.is_secret else value if kind != "duration" else f"{value} ({n:g}s)"
+    if d.min is not None and n < d.min:
+        raise ValueError(f"{shown} is below the minimum of {d.min:g}{unit}")
+    if d.max is not None and n > d.max:
+        raise ValueError(f"{shown} is above the maximum of {d.max:g}{unit}")
+
+
+def coerce_lenient(d: ConfigDef, value: Any) -> Any:
+    """Like ``coerce`` for reading: a stored value that no longer fits gives ValueError too,
+    but range limits are not enforced (a stored value stays readable if limits tighten)."""
+    if value is None:
+        raise ValueError("no value")
+    return _coerce_kind(base_type(d.type), d, value)
+
+
+# ---------------------------------------------------------------- storage and display
+
+
+def encode(value: Any) -> str:
+    """The text stored in SQLite for a value (JSON)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode(raw: str | None) -> Any:
+    """The value of a stored row; a row that is not JSON (written by hand or by the Go version) is its raw text."""
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, TypeError):
+        return raw
+
+
+MASK = "****"
+
+
+def mask(value: Any) -> Any:
+    """A secret as it may be shown: empty stays empty, short ones fully hidden, long ones keep their last 4."""
+    if value is None or value == "":
+        return value
+    text = value if isinstance(value, str) else json.dumps(value)
+    if len(text) < 12:
+        return MASK
+    return MASK + text[-4:]

@@ -1,0 +1,363 @@
+"""The daemon: the one place that knows every subsystem and wires them together.
+
+Start order: data-dir lock → logging → config → events/io/tools/stages →
+providers → memory → agent → local socket (→ web UI, plugins). Stop runs the
+reverse, so nothing is closed while something that uses it still runs, and
+every store is flushed before the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import logging
+import logging.handlers
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from homeagent import __version__
+from homeagent.agent.agent import Agent
+from homeagent.agent.memory_port import RecentTurns, TurnMemory
+from homeagent.agent.process import TurnRunner, TurnSettings
+from homeagent.agent.prompt import PromptBuilder
+from homeagent.agent.stages import StageHost
+from homeagent.agent.tools import ToolRegistry
+from homeagent.config import ConfigError, ConfigRegistry, core_defs
+from homeagent.control import ConfigControl
+from homeagent.events import EventBus
+from homeagent.io.channels import OutputChannels
+from homeagent.io.manager import IOManager
+from homeagent.io.socket_server import RPCError, SocketServer
+from homeagent.llm_control import LLMControl
+from homeagent.memory.textlog import TextLog
+from homeagent.paths import DataPaths
+from homeagent.sdk.types import OutputCap, ToolDef
+
+log = logging.getLogger("homeagent.daemon")
+
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class DataDirLock:
+    """An exclusive lock on the data directory, so two daemons never share one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES):
+                os.close(fd)
+                raise
+            try:
+                pid = os.pread(fd, 32, 0).decode().strip() or "?"
+            except OSError:
+                pid = "?"
+            os.close(fd)
+            raise AlreadyRunning(
+                f"another HomeAgent daemon (pid {pid}) is already running on {self.path.parent}; "
+                "stop it with `homeagent stop` or use another --data-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+class Daemon:
+    def __init__(self, paths: DataPaths, *, web: bool = True, log_level: str | None = None) -> None:
+        self.paths = paths
+        self.web_enabled = web
+        self.log_level = log_level
+        self.started_at = time.time()
+        self.lock = DataDirLock(paths.lock)
+        self.stopped = asyncio.Event()
+        self.notes: list[str] = []
+        self.web_url: str | None = None
+        self._undo: list[Callable[[], None]] = []
+        self._log_handler: logging.Handler | None = None
+        self._llm_reload: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------------ start
+    async def start(self) -> None:
+        self.paths.ensure()
+        self.lock.acquire()
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        self.config = ConfigRegistry(self.paths.config_db)
+        for definition in core_defs(self.paths.root):
+            self.config.register_def(definition)
+        self._setup_logging()
+        cfg = self.config
+
+        self.events = EventBus()
+        self.io = IOManager()
+        self.tools = ToolRegistry()
+        self.stages = StageHost(default_timeout=cfg.get_duration("core.agent.stage_timeout", 10.0))
+        self.channels = OutputChannels(self.tools)
+        self.textlog = TextLog(
+            Path(cfg.get_str("core.memory.text", str(self.paths.memory / "text"))),
+            max_bytes=cfg.get_int("core.log.max_bytes", 10 * 1024 * 1024),
+            backups=cfg.get_int("core.log.backups", 5),
+        )
+        self.textlog.start()
+
+        self.llm = LLMControl(cfg, self.paths)
+        await self.llm.start()
+        for note in self.llm.notes:
+            log.info("%s", note)
+        self._undo.append(cfg.on_change(self._on_config_change))
+
+        self.prompt = PromptBuilder(
+            identity=lambda: cfg.get_str("core.agent.system_prompt", ""),
+            persona_file=lambda: cfg.get_str("core.agent.persona_file", ""),
+        )
+        self.memory: TurnMemory = RecentTurns(max_turns=max(1, cfg.get_int("core.agent.max_context_size", 30) // 2))
+
+        settings = TurnSettings(
+            max_tool_turns=lambda: cfg.get_int("core.agent.max_tool_turns", 10),
+            tool_timeout=lambda: cfg.get_duration("core.agent.tool_timeout", 120.0),
+            temperature=lambda: cfg.get_float("core.llm.temperature", 0.7),
+            max_tokens=lambda: cfg.get_int("core.llm.max_tokens", 4096),
+        )
+        self.runner = TurnRunner(
+            stages=self.stages,
+            tools=self.tools,
+            run_llm=self.llm.manager.run,
+            prompt=self.prompt,
+            memory=self.memory,
+            events=self.events,
+            channels=self.channels,
+            textlog=self.textlog,
+            settings=settings,
+        )
+        self.agent = Agent(self.io, self.runner)
+        self._register_core_tools()
+
+        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self.agent.cancel_turn)
+        self._register_rpc()
+        self._undo.append(
+            self.channels.register(
+                "cli",
+                self._cli_output,
+                caps=OutputCap.TEXT,
+                description="Terminal clients attached with `homeagent chat`.",
+                plugin="cli",
+            )
+        )
+        self.agent.start()
+        await self.socket.start()
+        log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
+
+    def _setup_logging(self) -> None:
+        level_name = self.log_level or str(self.config.get("core.daemon.log_level") or "info")
+        root = logging.getLogger("homeagent")
+        root.setLevel(LOG_LEVELS.get(level_name, logging.INFO))
+        log_dir = Path(self.config.get_str("core.log.path", str(self.paths.log)))
+        log_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.handlers.RotatingFileHandler(
+            log_dir / "homeagent.log", maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"
+        )
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        self._log_handler = handler
+
+    # ------------------------------------------------------------------ tools
+    def _register_core_tools(self) -> None:
+        async def list_sources(_: dict[str, Any]) -> Any:
+            return self.llm.sources()
+
+        async def set_source(args: dict[str, Any]) -> Any:
+            try:
+                return self.llm.use({"name": args["name"]})
+            except ValueError as exc:
+                return {"isError": True, "content": str(exc)}
+
+        self._undo.append(
+            self.tools.register(
+                ToolDef(
+                    name="llm_list_sources",
+                    description="List the LLM sources in fallback order, with their state.",
+                    plugin="core",
+                    no_memory=True,
+                ),
+                list_sources,
+            )
+        )
+        self._undo.append(
+            self.tools.register(
+                ToolDef(
+                    name="llm_set_source",
+                    description="Make an LLM source the preferred one.",
+                    parameters={
+                        "type": "object",
+                        "properties": {"name": {"type": "string", "description": "source name"}},
+                        "required": ["name"],
+                    },
+                    plugin="core",
+                    no_memory=True,
+                    serial=True,
+                    parallel_safe=False,
+                ),
+                set_source,
+            )
+        )
+        definition, handler = self.channels.list_tool()
+        definition.plugin = "core"
+        self._undo.append(self.tools.register(definition, handler))
+
+    async def _cli_output(self, payload: str, meta: dict[str, Any], type_: str) -> Any:
+        count = await self.socket.broadcast({"type": "output", "text": payload, "meta": meta, "kind": type_})
+        if count == 0:
+            return {"status": "queued", "note": "no terminal client is attached; shown in the log"}
+        return {"status": "sent", "clients": count}
+
+    # -------------------------------------------------------------------- rpc
+    def _register_rpc(self) -> None:
+        control = ConfigControl(self.config)
+
+        def guarded(fn: Callable[[dict[str, Any]], Any]) -> Callable[[dict[str, Any]], Any]:
+            def call(params: dict[str, Any]) -> Any:
+                try:
+                    return fn(params)
+                except (ConfigError, ValueError) as exc:
+                    raise RPCError(str(exc)) from exc
+
+            return call
+
+        methods: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "status": lambda _: self.status(),
+            "shutdown": self._rpc_shutdown,
+            "config.get": guarded(control.get),
+            "config.set": guarded(control.set),
+            "config.list": guarded(control.list),
+            "llm.sources": lambda _: self.llm.sources(),
+            "llm.use": guarded(self.llm.use),
+            "llm.test": self.llm.test,
+            "agent.cancel": lambda _: {"cancelled": self.agent.cancel_turn()},
+            "tools.list": lambda _: [
+                {"name": t.name, "plugin": t.plugin, "description": t.description} for t in self.tools.tools()
+            ],
+        }
+        for name, fn in methods.items():
+            self.socket.add_method(name, fn)
+
+    def _rpc_shutdown(self, _: dict[str, Any]) -> dict[str, Any]:
+        asyncio.get_running_loop().call_later(0.05, self.stopped.set)
+        return {"stopping": True}
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime_s": time.time() - self.started_at,
+            "data_dir": str(self.paths.root),
+            "socket": str(self.paths.socket),
+            "web": self.web_url,
+            "agent": self.agent.status(),
+            "llm_source": self.llm.manager.current_source(),
+            "tools": len(self.tools.tools()),
+            "plugins": 0,
+            "events": self.events.stats(),
+        }
+
+    # ----------------------------------------------------------------- config
+    def _on_config_change(self, key: str, value: Any) -> None:
+        if key.startswith("core.llm."):
+            # several keys often change together: rebuild once, shortly after the last one
+            if self._llm_reload is not None:
+                self._llm_reload.cancel()
+            loop = asyncio.get_running_loop()
+            self._llm_reload = loop.call_later(0.2, lambda: loop.create_task(self.llm.reload()))
+
+    # ------------------------------------------------------------------- stop
+    async def stop(self) -> None:
+        for name, closer in (
+            ("socket", lambda: self.socket.close()),
+            ("agent", lambda: self.agent.stop()),
+            ("text log", lambda: self.textlog.close()),
+            ("llm", lambda: self.llm.close()),
+            ("events", lambda: self.events.close()),
+        ):
+            if not self._has(name):
+                continue
+            try:
+                await asyncio.wait_for(closer(), 10)
+            except Exception:
+                log.exception("stopping %s failed", name)
+        for undo in reversed(self._undo):
+            with contextlib.suppress(Exception):
+                undo()
+        self._undo.clear()
+        if hasattr(self, "config"):
+            self.config.close()
+        if self._log_handler is not None:
+            logging.getLogger("homeagent").removeHandler(self._log_handler)
+            self._log_handler.close()
+        self.lock.release()
+
+    def _has(self, name: str) -> bool:
+        attr = {"socket": "socket", "agent": "agent", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        return hasattr(self, attr)
+
+
+def run_daemon(paths: DataPaths, *, log_level: str | None = None, web: bool = True) -> int:
+    """Run in the foreground until SIGINT/SIGTERM or `homeagent stop`."""
+    console = logging.StreamHandler(sys.stderr)
+    console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    logging.getLogger("homeagent").addHandler(console)
+
+    async def main() -> int:
+        daemon = Daemon(paths, web=web, log_level=log_level)
+        try:
+            await daemon.start()
+        except AlreadyRunning as exc:
+            print(f"homeagent: {exc}", file=sys.stderr)
+            return 1
+        except ConfigError as exc:
+            print(f"homeagent: cannot start: {exc}", file=sys.stderr)
+            return 1
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, daemon.stopped.set)
+        print(f"HomeAgent {__version__} running (pid {os.getpid()})", flush=True)
+        print(f"  data dir: {paths.root}", flush=True)
+        print(f"  socket:   {paths.socket}", flush=True)
+        if daemon.web_url:
+            print(f"  web UI:   {daemon.web_url}", flush=True)
+        print(f"  LLM:      {daemon.llm.manager.current_source()}", flush=True)
+        for note in daemon.llm.notes:
+            print(f"  note: {note}", flush=True)
+        await daemon.stopped.wait()
+        print("stopping…", flush=True)
+        await daemon.stop()
+        return 0
+
+    return asyncio.run(main())

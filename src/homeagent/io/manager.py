@@ -1,0 +1,136 @@
+"""IOManager: every way text reaches the agent.
+
+Three inlets feed the agent loop: the input queue (ordinary messages, ordered
+by priority then arrival), the interrupt queue (read by the intercept task,
+which may cancel the LLM call in flight), and the self-input channel that
+memory loops use for consolidation jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from homeagent.sdk.types import InjectOptions
+
+FrameSink = Callable[[dict[str, Any]], Awaitable[None] | None]
+"""Receives the stream frames of one turn (reasoning_delta, content_delta, tool_call, response, error)."""
+
+CONSOLIDATION_CHANNEL = "_consolidation_"
+
+
+@dataclass
+class TurnResult:
+    """What one processed input produced."""
+
+    ok: bool
+    text: str = ""
+    error: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, int] = field(default_factory=dict)
+    source: str = ""
+    interrupted: bool = False
+    input_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "text": self.text,
+            "error": self.error,
+            "reasoning": self.reasoning,
+            "tool_calls": self.tool_calls,
+            "usage": self.usage,
+            "source": self.source,
+            "interrupted": self.interrupted,
+            "id": self.input_id,
+        }
+
+
+@dataclass
+class InputMessage:
+    text: str
+    source: str
+    channel: str
+    options: InjectOptions = field(default_factory=InjectOptions)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    ts: float = field(default_factory=time.time)
+    sink: FrameSink | None = None
+    reply: asyncio.Future[TurnResult] | None = None
+    interrupt: bool = False
+
+    @property
+    def no_memory(self) -> bool:
+        return self.options.no_memory
+
+
+class IOManager:
+    def __init__(self) -> None:
+        self._seq = itertools.count()
+        self._inputs: asyncio.PriorityQueue[tuple[int, int, InputMessage]] = asyncio.PriorityQueue()
+        self.interrupts: asyncio.Queue[InputMessage] = asyncio.Queue()
+        self.self_inputs: asyncio.Queue[InputMessage] = asyncio.Queue()
+
+    # -- ordinary input ---------------------------------------------------
+    def inject(self, message: InputMessage) -> str:
+        self._inputs.put_nowait((message.options.priority, next(self._seq), message))
+        return message.id
+
+    def inject_text(
+        self,
+        source: str,
+        channel: str,
+        text: str,
+        *,
+        options: InjectOptions | None = None,
+        sink: FrameSink | None = None,
+    ) -> str:
+        return self.inject(InputMessage(text, source, channel, options or InjectOptions(), sink=sink))
+
+    def inject_text_no_memory(self, source: str, channel: str, text: str) -> str:
+        return self.inject_text(source, channel, text, options=InjectOptions(no_memory=True))
+
+    async def inject_sync(
+        self,
+        source: str,
+        channel: str,
+        text: str,
+        *,
+        options: InjectOptions | None = None,
+        sink: FrameSink | None = None,
+        timeout: float | None = None,
+    ) -> TurnResult:
+        """Queue an input and wait for the turn it starts to finish."""
+        future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+        message = InputMessage(text, source, channel, options or InjectOptions(), sink=sink, reply=future)
+        self.inject(message)
+        return await asyncio.wait_for(asyncio.shield(future), timeout)
+
+    async def next_input(self) -> InputMessage:
+        _, _, message = await self._inputs.get()
+        return message
+
+    def pending_inputs(self) -> int:
+        return self._inputs.qsize()
+
+    # -- interrupts -------------------------------------------------------
+    def inject_interrupt_text(
+        self, source: str, channel: str, text: str, *, options: InjectOptions | None = None, sink: FrameSink | None = None
+    ) -> str:
+        message = InputMessage(text, source, channel, options or InjectOptions(), sink=sink, interrupt=True)
+        self.interrupts.put_nowait(message)
+        return message.id
+
+    # -- self input (memory consolidation) --------------------------------
+    async def submit_self_input(self, text: str, *, timeout: float | None = None) -> TurnResult:
+        future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
+        message = InputMessage(
+            text, "memory", CONSOLIDATION_CHANNEL, InjectOptions(no_memory=True), reply=future
+        )
+        self.self_inputs.put_nowait(message)
+        return await asyncio.wait_for(asyncio.shield(future), timeout)

@@ -1,0 +1,1086 @@
+"""A sandboxed Lua 5.4 runtime (lupa) shared by provider adapters and Lua plugins.
+
+Why it looks the way it does:
+
+* Untrusted code is compiled with ``load(src, "@chunkname", "t", env)`` into a
+  fresh whitelisted environment: no ``os``, ``io``, ``debug``, ``package``,
+  ``require``, ``dofile``, ``loadfile``, ``collectgarbage``, ``coroutine``,
+  no bytecode, no ``python`` bridge, and ``getmetatable`` refuses strings.
+  Python objects never enter the sandbox: values cross as Lua strings,
+  numbers, booleans and tables; host callbacks are captured as upvalues of Lua
+  closures, and an ``attribute_filter`` denies every Python attribute anyway.
+* Every call runs inside a coroutine with a count hook: an endless loop stops
+  with "instruction budget exceeded" at the file and line where it spun, even
+  through ``pcall``. Memory is capped by lupa's allocator. The cap is
+  tightened only while sandboxed code runs, so the host always keeps headroom
+  for its own pushes (lupa aborts the process when an unprotected API call
+  runs out of memory).
+* ``http_get``/``http_post`` do not block: they yield the coroutine, the host
+  performs the request (awaited with httpx in :meth:`LuaSandbox.call_async`,
+  or synchronously in :meth:`LuaSandbox.call`), then resumes it. So Lua runs
+  inline on the event loop for microseconds and never holds it during I/O.
+* JSON is encoded/decoded in Lua (measured faster than converting through
+  Python objects, and it keeps arrays and objects apart: decoded arrays and
+  objects carry marker metatables, ``json.array()``/``json.object()`` set them).
+
+Not covered: time spent inside one C library call (a pathological
+``string.find`` pattern) is not interruptible; memory and instruction caps
+bound everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import lupa.lua54 as lua54
+
+__all__ = [
+    "HttpPolicy",
+    "LuaBudgetExceeded",
+    "LuaError",
+    "LuaMemoryExceeded",
+    "LuaSandbox",
+    "LuaSyntaxError",
+]
+
+_HEADROOM = 4 * 1024 * 1024  # host-side allocations happen with this much room above the sandbox cap
+
+
+class LuaError(Exception):
+    """An error raised by sandboxed Lua code; ``location`` is ``file:line`` when known."""
+
+    kind = "runtime"
+
+    def __init__(self, message: str, *, chunk: str = "", location: str = "", traceback: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.chunk = chunk
+        self.location = location
+        self.traceback = traceback
+
+
+class LuaSyntaxError(LuaError):
+    kind = "syntax"
+
+
+class LuaBudgetExceeded(LuaError):
+    kind = "budget"
+
+
+class LuaMemoryExceeded(LuaError):
+    kind = "memory"
+
+
+class LuaJSONError(LuaError):
+    """``json.decode`` rejected its input (for adapters: the server sent malformed JSON)."""
+
+    kind = "json"
+
+
+@dataclass(frozen=True)
+class HttpPolicy:
+    """Limits for the ``http_get``/``http_post`` builtins."""
+
+    enabled: bool = True
+    timeout: float = 10.0
+    max_response_bytes: int = 1_000_000
+    max_request_bytes: int = 1_000_000
+    allowed_schemes: tuple[str, ...] = ("http", "https")
+
+
+_ERROR_TYPES: dict[str, type[LuaError]] = {
+    "runtime": LuaError,
+    "syntax": LuaSyntaxError,
+    "budget": LuaBudgetExceeded,
+    "memory": LuaMemoryExceeded,
+    "json": LuaJSONError,
+}
+
+
+def _deny_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
+    raise AttributeError("Python attributes are not accessible from the Lua sandbox")
+
+
+# The trusted prelude runs once per runtime in the real global environment and
+# returns the host's private API. Sandboxed code never sees this table.
+_PRELUDE = r"""
+local pylog, setcap = ...
+
+local type, pairs, next, select, tostring, tonumber, error, pcall, xpcall, assert =
+      type, pairs, next, select, tostring, tonumber, error, pcall, xpcall, assert
+local rawget, rawset, rawlen, rawequal = rawget, rawset, rawlen, rawequal
+local raw_getmetatable, raw_setmetatable = getmetatable, setmetatable
+local raw_load = load
+local sethook, getinfo, traceback, dgetmetatable = debug.sethook, debug.getinfo, debug.traceback, debug.getmetatable
+local cocreate, coresume, costatus, coyield = coroutine.create, coroutine.resume, coroutine.status, coroutine.yield
+local gc = collectgarbage
+local byte, sub, find, char, gsub, format, strrep = string.byte, string.sub, string.find, string.char, string.gsub, string.format, string.rep
+local concat, unpack = table.concat, table.unpack
+local mtype, floor, huge = math.type, math.floor, math.huge
+local utf8char, utf8len = utf8.char, utf8.len
+
+-- string values' metatable exposes the real string table: take bytecode out of it
+string.dump = nil
+
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do c[k] = v end
+  return c
+end
+
+------------------------------------------------------------------------ json
+local json = {}
+local array_mt = {__jsontype = "array", __metatable = "json.array"}
+local object_mt = {__jsontype = "object", __metatable = "json.object"}
+local null = raw_setmetatable({}, {__jsontype = "null", __metatable = "json.null",
+                                   __tostring = function() return "json.null" end})
+json.null = null
+
+local function jsontype(v)
+  local mt = dgetmetatable(v)
+  return mt and rawget(mt, "__jsontype")
+end
+
+function json.array(t)
+  if t == nil then t = {} end
+  if type(t) ~= "table" then error("json.array: table expected, got " .. type(t), 2) end
+  return raw_setmetatable(t, array_mt)
+end
+function json.object(t)
+  if t == nil then t = {} end
+  if type(t) ~= "table" then error("json.object: table expected, got " .. type(t), 2) end
+  return raw_setmetatable(t, object_mt)
+end
+
+local esc = { [34] = '"', [92] = "\\", [47] = "/", [98] = "\b", [102] = "\f", [110] = "\n", [114] = "\r", [116] = "\t" }
+
+local JSON_ERR = "json.decode: "
+local function decode_impl(s)
+  local pos = 1
+  local len = #s
+  local nb = 0 -- position of the next backslash at/after the scan point; -1 = none left
+  local value
+
+  local function fail(what, at)
+    local snippet = sub(s, (at or pos), (at or pos) + 15)
+    error(format("%s%s at byte %d near %q", JSON_ERR, what, at or pos, snippet), 0)
+  end
+
+  local function str()
+    local i = pos + 1
+    local e = find(s, '"', i, true)
+    if not e then fail("unterminated string") end
+    if nb ~= -1 and nb < i then nb = find(s, "\\", i, true) or -1 end
+    if nb == -1 or nb > e then
+      pos = e + 1
+      return sub(s, i, e - 1)
+    end
+    local parts, n = {}, 0
+    e = nb
+    while true do
+      if byte(s, e) == 34 then
+        n = n + 1; parts[n] = sub(s, i, e - 1)
+        pos = e + 1
+        return concat(parts)
+      end
+      n = n + 1; parts[n] = sub(s, i, e - 1)
+      local x = byte(s, e + 1)
+      if x == 117 then
+        local hex = sub(s, e + 2, e + 5)
+        local cp = #hex == 4 and tonumber(hex, 16)
+        if not cp then fail("bad \\u escape", e) end
+        local nxt = e + 6
+        if cp >= 0xD800 and cp <= 0xDBFF and byte(s, nxt) == 92 and byte(s, nxt + 1) == 117 then
+          local lo = tonumber(sub(s, nxt + 2, nxt + 5), 16)
+          if lo and lo >= 0xDC00 and lo <= 0xDFFF then
+            cp = 0x10000 + (cp - 0xD800) * 0x400 + (lo - 0xDC00)
+            nxt = nxt + 6
+          end
+        end
+        if cp >= 0xD800 and cp <= 0xDFFF then cp = 0xFFFD end
+        n = n + 1; parts[n] = utf8char(cp)
+        i = nxt
+      else
+        local r = esc[x]
+        if not r then fail("bad escape", e) end
+        n = n + 1; parts[n] = r
+        i = e + 2
+      end
+      e = find(s, '["\\]', i)
+      if not e then fail("unterminated string") end
+    end
+  end
+
+  function value()
+    local c = byte(s, pos)
+    if c == 32 or c == 10 or c == 13 or c == 9 then
+      pos = find(s, "[^ \t\r\n]", pos) or (len + 1)
+      c = byte(s, pos)
+    end
+    if c == 34 then
+      return str()
+    elseif c == 123 then
+      pos = pos + 1
+      local t = raw_setmetatable({}, object_mt)
+      c = byte(s, pos)
+      if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
+      if c == 125 then pos = pos + 1; return t end
+      while true do
+        if c ~= 34 then fail("expected a string key") end
+        local k = str()
+        c = byte(s, pos)
+        if c ~= 58 then
+          if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
+          if c ~= 58 then fail("expected ':'") end
+        end
+        pos = pos + 1
+        local v = value()
+        if v ~= null then t[k] = v end
+        c = byte(s, pos)
+        if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
+        pos = pos + 1
+        if c == 125 then return t end
+        if c ~= 44 then fail("expected ',' or '}'", pos - 1) end
+        c = byte(s, pos)
+        if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
+      end
+    elseif c == 91 then
+      pos = pos + 1
+      local t, n = raw_setmetatable({}, array_mt), 0
+      c = byte(s, pos)
+      if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
+      if c == 93 then pos = pos + 1; return t end
+      while true do
+        n = n + 1
+        t[n] = value() -- null stays as json.null so positions survive
+        c = byte(s, pos)
+        if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
+        pos = pos + 1
+        if c == 93 then return t end
+        if c ~= 44 then fail("expected ',' or ']'", pos - 1) end
+      end
+    elseif c == 116 then
+      if sub(s, pos, pos + 3) == "true" then pos = pos + 4; return true end
+    elseif c == 102 then
+      if sub(s, pos, pos + 4) == "false" then pos = pos + 5; return false end
+    elseif c == 110 then
+      if sub(s, pos, pos + 3) == "null" then pos = pos + 4; return null end
+    elseif c then
+      local a, b = find(s, "^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
+      if a then
+        local num = tonumber(sub(s, a, b))
+        if num then pos = b + 1; return num end
+      end
+    end
+    fail(c and "unexpected character" or "unexpected end of input")
+  end
+
+  local v = value()
+  if pos <= len then
+    pos = find(s, "[^ \t\r\n]", pos) or (len + 1)
+    if pos <= len then fail("trailing characters") end
+  end
+  if v == null then return nil end
+  return v
+end
+
+function json.decode(s)
+  if type(s) ~= "string" then error("json.decode: string expected, got " .. type(s), 2) end
+  local ok, v = pcall(decode_impl, s)
+  if not ok then error(v, 2) end
+  return v
+end
+
+local escmap = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
+for i = 0, 31 do
+  local ch = char(i)
+  if not escmap[ch] then escmap[ch] = format("\\u%04x", i) end
+end
+escmap["\127"] = "\\u007f"
+
+local function is_sequence(v, kind)
+  if kind == "array" then return true end
+  if kind == "object" then return false end
+  local n = rawlen(v)
+  if n == 0 then return false end
+  local c = 0
+  for _ in next, v do c = c + 1 end
+  return c == n
+end
+
+local function fix_utf8(s)
+  if utf8len(s) then return s end
+  local out, n, i, len = {}, 0, 1, #s
+  while i <= len do
+    local ok, nxt = utf8len(s, i)
+    if ok then n = n + 1; out[n] = sub(s, i); break end
+    -- nxt is the position of the first invalid byte
+    n = n + 1; out[n] = sub(s, i, nxt - 1)
+    n = n + 1; out[n] = "\239\191\189"
+    i = nxt + 1
+  end
+  return concat(out)
+end
+
+local function encode_impl(root)
+  local buf, n = {}, 0
+  local seen = {}
+  local function enc(v, depth)
+    local tv = type(v)
+    if tv == "string" then
+      if find(v, '[%c"\\]') then v = gsub(v, '[%c"\\]', escmap) end
+      buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'; n = n + 3
+    elseif tv == "number" then
+      n = n + 1
+      if mtype(v) == "integer" then buf[n] = format("%d", v)
+      elseif v ~= v or v == huge or v == -huge then error("json.encode: cannot encode " .. tostring(v), 0)
+      elseif v == floor(v) and v > -1e15 and v < 1e15 then buf[n] = format("%d", v)
+      else buf[n] = format("%.17g", v) end
+    elseif tv == "boolean" then
+      n = n + 1; buf[n] = v and "true" or "false"
+    elseif tv == "table" then
+      local kind = jsontype(v)
+      if kind == "null" then n = n + 1; buf[n] = "null"; return end
+      if seen[v] then error("json.encode: cycle in table", 0) end
+      if depth > 200 then error("json.encode: nested too deep", 0) end
+      seen[v] = true
+      if is_sequence(v, kind) then
+        n = n + 1; buf[n] = "["
+        for i = 1, rawlen(v) do
+          if i > 1 then n = n + 1; buf[n] = "," end
+          local x = rawget(v, i)
+          if x == nil then n = n + 1; buf[n] = "null" else enc(x, depth + 1) end
+        end
+        n = n + 1; buf[n] = "]"
+      else
+        n = n + 1; buf[n] = "{"
+        local first = true
+        for k, x in next, v do
+          local tk = type(k)
+          if tk == "number" then k = tostring(k)
+          elseif tk ~= "string" then error("json.encode: cannot use a " .. tk .. " as an object key", 0) end
+          if first then first = false else n = n + 1; buf[n] = "," end
+          if find(k, '[%c"\\]') then k = gsub(k, '[%c"\\]', escmap) end
+          buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":'; n = n + 3
+          enc(x, depth + 1)
+        end
+        n = n + 1; buf[n] = "}"
+      end
+      seen[v] = nil
+    elseif v == nil then
+      n = n + 1; buf[n] = "null"
+    else
+      error("json.encode: cannot encode a " .. tv, 0)
+    end
+  end
+  enc(root, 0)
+  return fix_utf8(concat(buf))
+end
+
+function json.encode(v)
+  local ok, s = pcall(encode_impl, v)
+  if not ok then error(s, 2) end
+  return s
+end
+
+------------------------------------------------------------- sandbox environment
+local HTTP = {}  -- unique marker for host-handled yields
+
+local safe_string = copy(string)
+local safe_table = copy(table)
+local safe_math = copy(math)
+local safe_utf8 = copy(utf8)
+
+local function safe_getmetatable(v)
+  if type(v) ~= "table" then return nil end
+  return raw_getmetatable(v)
+end
+
+local function safe_setmetatable(t, mt)
+  if type(t) ~= "table" then error("bad argument #1 to 'setmetatable' (table expected, got " .. type(t) .. ")", 2) end
+  if mt ~= nil then
+    if type(mt) ~= "table" then error("bad argument #2 to 'setmetatable' (nil or table expected)", 2) end
+    if rawget(mt, "__gc") ~= nil then error("setmetatable: __gc metamethods are not allowed in the sandbox", 2) end
+  end
+  return raw_setmetatable(t, mt)
+end
+
+local function to_text(...)
+  local n = select("#", ...)
+  local parts = {}
+  for i = 1, n do parts[i] = tostring((select(i, ...))) end
+  return concat(parts, "\t")
+end
+
+local LEVELS = { debug = true, info = true, warn = true, warning = true, error = true }
+local function log(level, ...)
+  level = tostring(level)
+  if not LEVELS[level] then level = "info" end
+  pylog(level, to_text(...))
+end
+
+local function print_(...)
+  pylog("info", to_text(...))
+end
+
+local function http_call(method, url, body, headers)
+  if type(url) ~= "string" then error("http_" .. method:lower() .. ": url must be a string", 3) end
+  if body ~= nil and type(body) ~= "string" then
+    if type(body) == "table" then body = json.encode(body) else error("http_post: body must be a string or table", 3) end
+  end
+  local hdrs = {}
+  if headers ~= nil then
+    if type(headers) ~= "table" then error("http: headers must be a table", 3) end
+    for k, v in pairs(headers) do hdrs[tostring(k)] = tostring(v) end
+  end
+  return coyield(HTTP, method, url, body, hdrs)
+end
+
+local function http_get(url, headers) return http_call("GET", url, nil, headers) end
+local function http_post(url, body, headers) return http_call("POST", url, body, headers) end
+
+local new_env
+
+local function safe_load(chunk, chunkname, mode, env)
+  if type(chunk) ~= "string" then return nil, "load: only source strings are accepted in the sandbox" end
+  if byte(chunk, 1) == 27 then return nil, "load: binary chunks are not allowed" end
+  if env == nil then env = new_env() end
+  if type(env) ~= "table" then return nil, "load: env must be a table" end
+  return raw_load(chunk, "=" .. tostring(chunkname or "load"), "t", env)
+end
+
+function new_env()
+  local env = {
+    assert = assert, error = error, ipairs = ipairs, next = next, pairs = pairs, pcall = pcall,
+    xpcall = xpcall, select = select, tonumber = tonumber, tostring = tostring, type = type,
+    rawequal = rawequal, rawget = rawget, rawlen = rawlen, rawset = rawset, unpack = unpack,
+    getmetatable = safe_getmetatable, setmetatable = safe_setmetatable, load = safe_load,
+    string = safe_string, table = safe_table, math = safe_math, utf8 = safe_utf8,
+    json = json, log = log, print = print_, http_get = http_get, http_post = http_post,
+    _VERSION = _VERSION,
+  }
+  env._G = env
+  return env
+end
+
+---------------------------------------------------------------------- running
+local pending, next_id = {}, 0
+
+local function where(co)
+  for level = 0, 50 do
+    local info = getinfo(co, level, "Sln")
+    if not info then break end
+    if info.what ~= "C" and info.currentline and info.currentline > 0 and sub(info.source, 1, 11) ~= "=homeagent/" then
+      local fn = info.name and (" in function '" .. info.name .. "'") or ""
+      return info.short_src .. ":" .. info.currentline, fn
+    end
+  end
+  return "", ""
+end
+
+local function classify(co, state, err)
+  local kind = "runtime"
+  local msg
+  if state.exceeded then
+    kind = "budget"
+    msg = "instruction budget exceeded (" .. state.budget .. " instructions)"
+  elseif type(err) == "string" then
+    msg = err
+    if err == "not enough memory" or find(err, "not enough memory", 1, true) then kind = "memory"
+    elseif find(err, "json.decode: ", 1, true) then kind = "json" end
+  else
+    local mt = dgetmetatable(err)
+    if type(err) == "table" and mt and rawget(mt, "__tostring") then msg = tostring(err)
+    else msg = "error object is a " .. type(err) .. " value" end
+  end
+  local loc, fn = where(co)
+  local tb = traceback(co, nil, 0) or ""
+  if kind == "memory" then gc("collect") end
+  return "error", kind, msg, loc, fn, tb
+end
+
+local function settle(id, co, state, ok, ...)
+  setcap(false)
+  if costatus(co) == "suspended" then
+    if ... == HTTP then
+      pending[id] = {co, state}
+      return "yield", id, select(2, ...)
+    end
+    return "error", "runtime", "coroutine.yield is not available in the sandbox", "", "", ""
+  end
+  pending[id] = nil
+  if ok then return "ok", select("#", ...), ... end
+  return classify(co, state, (...))
+end
+
+local function start(budget, fn, ...)
+  next_id = next_id + 1
+  local id = next_id
+  local co = cocreate(fn)
+  local state = {exceeded = false, budget = budget}
+  local function again() error("instruction budget exceeded", 2) end
+  local function hook()
+    state.exceeded = true
+    sethook(co, again, "", 1)
+    error("instruction budget exceeded", 2)
+  end
+  sethook(co, hook, "", budget)
+  setcap(true)
+  return settle(id, co, state, coresume(co, ...))
+end
+
+local function resume(id, ...)
+  local p = pending[id]
+  if not p then return "error", "runtime", "internal: unknown coroutine", "", "", "" end
+  setcap(true)
+  return settle(id, p[1], p[2], coresume(p[1], ...))
+end
+
+local function abandon(id)
+  pending[id] = nil
+end
+
+local function compile(src, chunkname, env)
+  local fn, err = raw_load(src, chunkname, "t", env)
+  if not fn then return nil, err end
+  return fn
+end
+
+-- Flatten a value for the host in one crossing: a type string plus the values.
+local function flatten(root)
+  local types, vals, nt, nv = {}, {}, 0, 0
+  local seen = {}
+  local function walk(v, depth)
+    if type(v) == "table" then
+      local kind = jsontype(v)
+      if kind == "null" then nt = nt + 1; types[nt] = "z"; return end
+      if seen[v] then error("cannot convert a table that contains itself", 0) end
+      if depth > 200 then error("table nested too deep", 0) end
+      seen[v] = true
+      if is_sequence(v, kind) then
+        nt = nt + 1; types[nt] = "["
+        for i = 1, rawlen(v) do walk(rawget(v, i), depth + 1) end
+        nt = nt + 1; types[nt] = "]"
+      else
+        nt = nt + 1; types[nt] = "{"
+        for k, x in next, v do
+          nv = nv + 1; vals[nv] = k
+          walk(x, depth + 1)
+        end
+        nt = nt + 1; types[nt] = "}"
+      end
+      seen[v] = nil
+    else
+      if type(v) == "string" then v = fix_utf8(v) end
+      nt = nt + 1; types[nt] = "v"; nv = nv + 1; vals[nv] = v
+    end
+  end
+  walk(root, 0)
+  if nv > 4000 then return concat(types), vals, nv end
+  return concat(types), false, nv, unpack(vals, 1, nv)
+end
+
+local function describe(f)
+  local info = getinfo(f, "S")
+  if not info then return "?" end
+  return info.short_src .. ":" .. info.linedefined
+end
+
+local function memory_kb() return gc("count") end
+local function collect() gc("collect") end
+
+local stash = {}
+local function take(id)
+  local box = stash[id]
+  if not box then return 0 end
+  return box.n, unpack(box, 1, box.n)
+end
+
+return {
+  json = json, new_env = new_env, compile = compile, start = start, resume = resume, abandon = abandon,
+  flatten = flatten, memory_kb = memory_kb, collect = collect, fix_utf8 = fix_utf8, stash = stash, take = take,
+  encode = encode_impl, decode = decode_impl, where = where, null = null, describe = describe,
+  is_array = function(t) return jsontype(t) == "array" end,
+}
+"""
+
+# Wraps a host callable so Lua only ever sees a Lua closure. Arguments are
+# parked in a main-state table and fetched by the host from the main state:
+# lupa remembers the lua_State a value was wrapped on, and a wrapper made on
+# a coroutine's state would dangle once that coroutine is collected.
+_WRAP = r"""
+local tramp, name, stash = ...
+local pack, unpack, error, tostring = table.pack, table.unpack, error, tostring
+local counter = 0
+return function(...)
+  counter = counter + 1
+  local id = counter
+  stash[id] = pack(...)
+  local r = pack(tramp(id))
+  stash[id] = nil
+  if r[1] then return unpack(r, 2, r.n) end
+  error(tostring(name) .. ": " .. tostring(r[2]), 2)
+end
+"""
+
+
+class LuaSandbox:
+    """One sandboxed Lua state. Not thread-safe by itself; every entry point takes ``self._lock``.
+
+    Call Lua functions only through :meth:`call` / :meth:`call_async` (never
+    directly through lupa): they apply the instruction budget and the memory
+    cap and serve ``http_get``/``http_post``.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_memory: int = 64 * 1024 * 1024,
+        instruction_budget: int = 10_000_000,
+        http: HttpPolicy | None = None,
+        http_client: httpx.AsyncClient | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.name = name
+        self.max_memory = int(max_memory)
+        self.instruction_budget = int(instruction_budget)
+        self.http_policy = http or HttpPolicy()
+        self._http_client = http_client
+        self._own_http_client: httpx.AsyncClient | None = None
+        self._sync_client: httpx.Client | None = None
+        self.log = logger or logging.getLogger(f"homeagent.lua.{name}")
+        self._lock = threading.RLock()
+        self._rt = lua54.LuaRuntime(
+            register_eval=False,
+            register_builtins=False,
+            unpack_returned_tuples=True,
+            attribute_filter=_deny_attributes,
+            max_memory=self.max_memory + _HEADROOM,
+        )
+        self._tight = False
+        self._depth = 0
+        me = weakref.ref(self)  # the Lua state must not keep the sandbox alive (lupa cannot see that cycle)
+
+        def lua_log(level: str, message: str) -> None:
+            sandbox = me()
+            if sandbox is not None:
+                sandbox._lua_log(level, message)
+
+        def setcap(tight: bool) -> None:
+            sandbox = me()
+            if sandbox is not None:
+                sandbox._setcap(tight)
+
+        loader = self._rt.execute("return function(src, name) return load(src, name, 't', _ENV) end")
+        api = loader(_PRELUDE, "=homeagent/lua/prelude")(lua_log, setcap)
+        self._api = api
+        self._start = api["start"]
+        self._resume = api["resume"]
+        self._abandon = api["abandon"]
+        self._flatten = api["flatten"]
+        self._compile = api["compile"]
+        self._new_env = api["new_env"]
+        self._decode = api["decode"]
+        self._encode = api["encode"]
+        self._memory_kb = api["memory_kb"]
+        self._collect = api["collect"]
+        self._table_type = lua54.lua_type
+        self._take = api["take"]
+        self._stash = api["stash"]
+        wrap = self._rt.execute("return function(src) return load(src, '=homeagent/wrap', 't', _ENV) end")
+        self._wrap_factory = wrap(_WRAP)
+
+    # ----------------------------------------------------------------- internals
+    def _setcap(self, tight: bool) -> None:
+        """Called from the prelude: the sandbox cap applies only while sandboxed code runs."""
+        self._depth = self._depth + 1 if tight else max(0, self._depth - 1)
+        self._apply_cap()
+
+    def _apply_cap(self) -> None:
+        self._tight = self._depth > 0
+        self._rt.set_max_memory(self.max_memory if self._tight else self.max_memory + _HEADROOM)
+
+    def _restore_depth(self, depth: int) -> None:
+        if self._depth != depth:
+            self._depth = depth
+            self._apply_cap()
+
+    def _lua_log(self, level: str, message: str) -> None:
+        try:
+            lvl = {"debug": logging.DEBUG, "warn": logging.WARNING, "warning": logging.WARNING, "error": logging.ERROR}
+            self.log.log(lvl.get(str(level), logging.INFO), "[lua %s] %s", self.name, message)
+        except Exception:  # logging must never raise into Lua
+            pass
+
+    def _check_room(self, incoming: int = 0) -> None:
+        """Refuse host pushes that could hit the allocator cap (lupa would abort the process)."""
+        limit = self.max_memory if self._tight else self.max_memory + _HEADROOM
+        used = self._rt.get_memory_used()
+        if used + incoming + 256 * 1024 < limit:
+            return
+        self._collect()
+        used = self._rt.get_memory_used()
+        if used + incoming + 256 * 1024 >= limit:
+            raise LuaMemoryExceeded(
+                f"Lua state '{self.name}' is out of memory ({used // 1024} KiB used, cap {self.max_memory // 1024} KiB)",
+                chunk=self.name,
+            )
+
+    @staticmethod
+    def _arg_size(args: tuple[Any, ...]) -> int:
+        return sum(len(a) * 4 for a in args if isinstance(a, str | bytes))
+
+    def _raise(self, res: tuple[Any, ...]) -> None:
+        _, kind, message, location, function, tb = res[:6]
+        cls = _ERROR_TYPES.get(str(kind), LuaError)
+        message = str(message)
+        location = str(location or "")
+        text = message
+        if location and location not in message:
+            text = f"{message} (at {location}{function or ''})"
+        raise cls(text, chunk=self.name, location=location, traceback=str(tb or ""))
+
+    def _step_start(self, budget: int, fn: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        with self._lock:
+            if self._depth == 0 and self._rt.get_memory_used() > self.max_memory // 2:
+                self._collect()  # garbage left by an earlier call must not eat this call's allowance
+            self._check_room(self._arg_size(args))
+            depth = self._depth
+            try:
+                return tuple(self._start(budget, fn, *args))
+            finally:
+                self._restore_depth(depth)
+
+    def _step_resume(self, handle: int, values: tuple[Any, ...]) -> tuple[Any, ...]:
+        with self._lock:
+            self._check_room(self._arg_size(values))
+            depth = self._depth
+            try:
+                return tuple(self._resume(handle, *values))
+            finally:
+                self._restore_depth(depth)
+
+    def _outcome(self, res: tuple[Any, ...]) -> tuple[Any, ...]:
+        if res[0] == "ok":
+            count = int(res[1])
+            return tuple(res[2 : 2 + count]) + (None,) * max(0, count - (len(res) - 2))
+        self._raise(res)
+        raise AssertionError("unreachable")
+
+    def _prepare_args(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(self.to_lua(a) for a in args)
+
+    # ------------------------------------------------------------------ public API
+    def load(self, source: str, chunkname: str, *, globals: Mapping[str, Any] | None = None) -> Any:
+        """Compile and run ``source`` in a fresh sandbox environment.
+
+        Returns the chunk's return value, or its environment table when it
+        returned nothing. ``chunkname`` (usually the file path) names the
+        chunk in error messages: ``openai.lua:12: ...``.
+        """
+        with self._lock:
+            self._check_room(len(source) * 2)
+            env = self._new_env()
+            for key, value in (globals or {}).items():
+                env[key] = self.to_lua(value)
+            fn, err = self._compile_chunk(source, chunkname, env)
+        if fn is None:
+            raise LuaSyntaxError(str(err), chunk=chunkname, location=_location_of(str(err)))
+        result = self.call_multi(fn)
+        if result and result[0] is not None:
+            return result[0]
+        return env
+
+    def _compile_chunk(self, source: str, chunkname: str, env: Any) -> tuple[Any, Any]:
+        res = self._compile(source, "@" + chunkname, env)
+        if isinstance(res, tuple):
+            return res[0], res[1]
+        return res, None
+
+    def load_trusted(self, source: str, chunkname: str, *args: Any) -> Any:
+        """Run host-written Lua with full access (debug, raw metatables). Never pass user code here."""
+        with self._lock:
+            self._check_room(len(source) * 2)
+            fn = self._rt.execute(f"return load(..., {json.dumps('=' + chunkname)}, 't', _ENV)", source)
+            return fn(self._api, *args)
+
+    def call(self, fn: Any, *args: Any) -> Any:
+        """Call a Lua function under the budget; returns its first result (raw Lua value).
+
+        ``http_get``/``http_post`` inside are performed synchronously (use
+        :meth:`call_async` on the event loop).
+        """
+        res = self.call_multi(fn, *args)
+        return res[0] if res else None
+
+    def call_multi(self, fn: Any, *args: Any, budget: int | None = None) -> tuple[Any, ...]:
+        res = self._step_start(budget or self.instruction_budget, fn, self._prepare_args(args))
+        while res[0] == "yield":
+            handle = res[1]
+            try:
+                reply = self._http_sync(*res[2:6])
+            except BaseException:
+                with self._lock:
+                    self._abandon(handle)
+                raise
+            res = self._step_resume(handle, reply)
+        return self._outcome(res)
+
+    async def call_async(self, fn: Any, *args: Any, budget: int | None = None) -> tuple[Any, ...]:
+        """Like :meth:`call_multi`, but ``http_*`` builtins are awaited without blocking the loop."""
+        res = self._step_start(budget or self.instruction_budget, fn, self._prepare_args(args))
+        while res[0] == "yield":
+            handle = res[1]
+            try:
+                reply = await self._http_async(*res[2:6])
+            except BaseException:
+                with self._lock:
+                    self._abandon(handle)
+                raise
+            res = self._step_resume(handle, reply)
+        return self._outcome(res)
+
+    def run_raw(self, fn: Any, *args: Any, budget: int | None = None) -> tuple[Any, ...]:
+        """Start ``fn`` without converting arguments; returns the raw step tuple (host fast path)."""
+        return self._step_start(budget or self.instruction_budget, fn, args)
+
+    async def finish_async(self, res: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Serve pending ``http_*`` yields of a :meth:`run_raw` result and return the results."""
+        while res[0] == "yield":
+            handle = res[1]
+            try:
+                reply = await self._http_async(*res[2:6])
+            except BaseException:
+                with self._lock:
+                    self._abandon(handle)
+                raise
+            res = self._step_resume(handle, reply)
+        return self._outcome(res)
+
+    def to_lua(self, obj: Any) -> Any:
+        """Convert JSON-like Python data (dict/list/tuple/str/int/float/bool/None) to Lua values."""
+        if obj is None or isinstance(obj, bool | int | float | str):
+            return obj
+        if isinstance(obj, dict | list | tuple):
+            try:
+                text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+            except (TypeError, ValueError) as exc:
+                raise TypeError(f"cannot pass to Lua: {exc}") from exc
+            with self._lock:
+                self._check_room(len(text) * 6)
+                return self._decode(text)
+        if self._table_type(obj) is not None:  # already a Lua value
+            return obj
+        raise TypeError(f"cannot pass a {type(obj).__name__} to Lua")
+
+    def to_python(self, obj: Any) -> Any:
+        """Convert a Lua value to Python: tables become dicts/lists (json.array/object markers win),
+        functions stay callable Lua objects (call them through :meth:`call`)."""
+        if self._table_type(obj) != "table":
+            return obj
+        with self._lock:
+            res = self._flatten(obj)
+        types, big, count = res[0], res[1], res[2]
+        if big:
+            values: Any = [big[i] for i in range(1, int(count) + 1)]
+        else:
+            values = res[3:]
+        return _rebuild(str(types), values, self._table_type)
+
+    def encode_json(self, obj: Any) -> str:
+        """Encode a Lua value as JSON text with the sandbox's own encoder."""
+        with self._lock:
+            return str(self._encode(obj))
+
+    def wrap_function(self, fn: Callable[..., Any], name: str = "host") -> Any:
+        """Expose a host callable to Lua as a plain Lua closure.
+
+        Arguments reach ``fn`` converted with :meth:`to_python`; its result is
+        converted with :meth:`to_lua`. A Python exception becomes a Lua error
+        carrying only its message.
+        """
+
+        me = weakref.ref(self)
+
+        def trampoline(box_id: int) -> tuple[Any, ...]:
+            sandbox = me()
+            if sandbox is None:
+                return (False, "the Lua sandbox is closed")
+            try:
+                with sandbox._lock:
+                    packed = sandbox._take(box_id)
+                packed = packed if isinstance(packed, tuple) else (packed,)
+                count = int(packed[0] or 0)
+                values = list(packed[1 : 1 + count]) + [None] * max(0, count - (len(packed) - 1))
+                result = fn(*(sandbox.to_python(a) for a in values))
+                return (True, sandbox.to_lua(result))
+            except Exception as exc:
+                return (False, str(exc) or type(exc).__name__)
+
+        with self._lock:
+            return self._wrap_factory(trampoline, name, self._stash)
+
+    def memory_used(self) -> int:
+        return int(self._rt.get_memory_used())
+
+    def new_table(self) -> Any:
+        with self._lock:
+            return self._rt.table()
+
+    async def aclose(self) -> None:
+        if self._own_http_client is not None:
+            await self._own_http_client.aclose()
+            self._own_http_client = None
+        if self._sync_client is not None:
+            self._sync_client.close()
+            self._sync_client = None
+
+    # ----------------------------------------------------------------- http builtins
+    def _http_checks(self, method: str, url: Any, body: Any) -> str | None:
+        policy = self.http_policy
+        if not policy.enabled:
+            return "http is disabled for this sandbox"
+        if not isinstance(url, str):
+            return "url must be a string"
+        scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+        if scheme not in policy.allowed_schemes:
+            return f"scheme '{scheme}' is not allowed"
+        if body is not None and len(str(body).encode()) > policy.max_request_bytes:
+            return f"request body larger than {policy.max_request_bytes} bytes"
+        return None
+
+    def _http_reply(self, status: int, headers: httpx.Headers, data: bytes) -> tuple[Any, ...]:
+        text = data.decode("utf-8", errors="replace")
+        payload = json.dumps(
+            {"status": status, "body": text, "headers": {k.lower(): v for k, v in headers.items()}},
+            ensure_ascii=False,
+        )
+        with self._lock:
+            self._check_room(len(payload) * 3)
+            return (self._decode(payload),)
+
+    def _http_sync(self, method: str, url: Any, body: Any, headers: Any) -> tuple[Any, ...]:
+        problem = self._http_checks(method, url, body)
+        if problem:
+            return (None, problem)
+        hdrs = self.to_python(headers) or {}
+        if self._sync_client is None:
+            self._sync_client = httpx.Client(timeout=self.http_policy.timeout)
+        try:
+            with self._sync_client.stream(method, url, content=body, headers=hdrs) as resp:
+                data = _read_capped_sync(resp, self.http_policy.max_response_bytes)
+                return self._http_reply(resp.status_code, resp.headers, data)
+        except _TooLarge as exc:
+            return (None, str(exc))
+        except httpx.HTTPError as exc:
+            return (None, f"{type(exc).__name__}: {exc}")
+
+    async def _http_async(self, method: str, url: Any, body: Any, headers: Any) -> tuple[Any, ...]:
+        problem = self._http_checks(method, url, body)
+        if problem:
+            return (None, problem)
+        hdrs = self.to_python(headers) or {}
+        client = self._http_client
+        if client is None:
+            if self._own_http_client is None:
+                self._own_http_client = httpx.AsyncClient()
+            client = self._own_http_client
+        try:
+            async with asyncio.timeout(self.http_policy.timeout):
+                async with client.stream(
+                    method, url, content=body, headers=hdrs, timeout=self.http_policy.timeout
+                ) as resp:
+                    data = await _read_capped(resp, self.http_policy.max_response_bytes)
+                    return self._http_reply(resp.status_code, resp.headers, data)
+        except _TooLarge as exc:
+            return (None, str(exc))
+        except TimeoutError:
+            return (None, f"timed out after {self.http_policy.timeout}s")
+        except httpx.HTTPError as exc:
+            return (None, f"{type(exc).__name__}: {exc}")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+async def _read_capped(resp: httpx.Response, cap: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    async for piece in resp.aiter_bytes():
+        size += len(piece)
+        if size > cap:
+            raise _TooLarge(f"response larger than {cap} bytes")
+        parts.append(piece)
+    return b"".join(parts)
+
+
+def _read_capped_sync(resp: httpx.Response, cap: int) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    for piece in resp.iter_bytes():
+        size += len(piece)
+        if size > cap:
+            raise _TooLarge(f"response larger than {cap} bytes")
+        parts.append(piece)
+    return b"".join(parts)
+
+
+def _location_of(message: str) -> str:
+    """``path/file.lua:12: msg`` -> ``path/file.lua:12``."""
+    head, sep, _ = message.partition(": ")
+    if sep and ":" in head and head.rsplit(":", 1)[1].isdigit():
+        return head
+    return ""
+
+
+def _rebuild(types: str, values: Any, lua_type: Callable[[Any], Any]) -> Any:
+    """Inverse of the prelude's ``flatten``: rebuild nested dicts/lists from the type string."""
+    root: Any = None
+    stack: list[Any] = []
+    pos = 0
+    for ch in types:
+        if ch == "{" or ch == "[":
+            new: Any = {} if ch == "{" else []
+            if not stack:
+                root = new
+            else:
+                top = stack[-1]
+                if type(top) is list:
+                    top.append(new)
+                else:
+                    top[values[pos]] = new
+                    pos += 1
+            stack.append(new)
+        elif ch == "}" or ch == "]":
+            stack.pop()
+        else:
+            if not stack:
+                root = None if ch == "z" else values[pos]
+                pos += 0 if ch == "z" else 1
+                continue
+            top = stack[-1]
+            if type(top) is list:
+                if ch == "z":
+                    top.append(None)
+                else:
+                    top.append(values[pos])
+                    pos += 1
+            else:
+                key = values[pos]
+                pos += 1
+                if ch == "z":
+                    top[key] = None
+                else:
+                    top[key] = values[pos]
+                    pos += 1
+    return root

@@ -1,0 +1,607 @@
+"""Loads Lua provider adapters (built-in and the user's adapters folder) and reloads them on change.
+
+Each adapter lives in its own :class:`LuaSandbox`. A small trusted harness
+(Lua, running inside the same sandbox under the same budget) calls the
+adapter's functions, checks what they return and flattens it into a tuple,
+so one crossing brings a whole stream chunk to Python. A wrong shape becomes
+an :class:`AdapterError` that names the adapter file and the line where the
+offending function is defined.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from homeagent.lua.runtime import HttpPolicy, LuaError, LuaJSONError, LuaSandbox
+
+__all__ = [
+    "Adapter",
+    "AdapterError",
+    "AdapterInfo",
+    "AdapterLoader",
+    "ParsedChunk",
+    "ParsedResponse",
+    "RequestContext",
+]
+
+BUILTIN_DIR = Path(__file__).parent / "adapters"
+COMPAT_LIB = "_openai_compat.lua"
+
+
+class AdapterError(Exception):
+    """An adapter failed to load or returned something unusable.
+
+    ``kind`` is ``adapter`` for bugs in the script and ``bad_response`` when
+    the server's payload could not be decoded.
+    """
+
+    def __init__(self, message: str, *, path: str = "", location: str = "", kind: str = "adapter") -> None:
+        super().__init__(message)
+        self.path = path
+        self.location = location
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    model: str
+    stream: bool
+    thinking: bool
+    base_url: str = ""
+    source: str = ""
+
+
+@dataclass
+class ParsedToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class ParsedResponse:
+    content: str = ""
+    reasoning: str = ""
+    finish_reason: str = ""
+    usage: tuple[int, int, int, int, int] | None = None
+    tool_calls: list[ParsedToolCall] = field(default_factory=list)
+    error: str = ""
+    error_kind: str = ""
+
+
+@dataclass
+class ParsedChunk:
+    content: str = ""
+    reasoning: str = ""
+    finish_reason: str = ""
+    done: bool = False
+    usage: tuple[int, int, int, int, int] | None = None
+    error: str = ""
+    error_kind: str = ""
+    tool_calls: list[tuple[int, str, str, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AdapterInfo:
+    name: str
+    path: str
+    builtin: bool
+    overrides_builtin: bool
+    version: str
+    error: str
+
+
+# Trusted harness: validates and flattens what the adapter returns. Runs in the
+# adapter's sandbox, under the same budget, but in the host environment.
+_HARNESS = r"""
+local api, A, chunkname = ...
+local decode, encode, fix_utf8, describe = api.decode, api.encode, api.fix_utf8, api.describe
+local type, tostring, tonumber, error, rawlen, select = type, tostring, tonumber, error, rawlen, select
+local floor = math.floor
+local unpack = table.unpack
+
+local H = {}
+
+local function defined(fname)
+  local f = A[fname]
+  if type(f) == "function" then return " (function defined at " .. describe(f) .. ")" end
+  return ""
+end
+
+local function bad(fname, msg)
+  error(chunkname .. ": " .. fname .. " " .. msg .. defined(fname), 0)
+end
+
+local function text(fname, r, key, alt)
+  local v = r[key]
+  if v == nil and alt then v = r[alt]; key = alt end
+  if v == nil then return nil end
+  local tv = type(v)
+  if tv == "string" then return fix_utf8(v) end
+  if tv == "number" then return tostring(v) end
+  if v == api.null or v == false then return nil end
+  bad(fname, "returned field '" .. key .. "' as a " .. tv .. ", expected a string")
+end
+
+local function int(v)
+  if type(v) == "number" and v == v then return floor(v) end
+  if type(v) == "string" then local n = tonumber(v); if n then return floor(n) end end
+  return nil
+end
+
+local function pick(u, ...)
+  for i = 1, select("#", ...) do
+    local n = int(u[(select(i, ...))])
+    if n then return n end
+  end
+  return nil
+end
+
+local function sub(u, key, field)
+  local t = u[key]
+  if type(t) == "table" then return int(t[field]) end
+  return nil
+end
+
+-- Accepts the normalised shape {prompt, completion, total, cache_read, reasoning}
+-- as well as the usual raw shapes (OpenAI, DeepSeek, Anthropic, Gemini, Ollama).
+local function usage5(fname, u)
+  if u == nil or u == api.null then return nil end
+  if type(u) ~= "table" then bad(fname, "returned 'usage' as a " .. type(u) .. ", expected a table") end
+  local p = pick(u, "prompt", "prompt_tokens", "input_tokens", "promptTokenCount", "prompt_eval_count") or 0
+  local c = pick(u, "completion", "completion_tokens", "output_tokens", "candidatesTokenCount", "eval_count") or 0
+  local cr = pick(u, "cache_read", "cached_tokens", "prompt_cache_hit_tokens", "cache_read_input_tokens",
+                  "cachedContentTokenCount") or sub(u, "prompt_tokens_details", "cached_tokens") or 0
+  local rs = pick(u, "reasoning", "reasoning_tokens", "thoughtsTokenCount")
+             or sub(u, "completion_tokens_details", "reasoning_tokens") or 0
+  local t = pick(u, "total", "total_tokens", "totalTokenCount") or 0
+  return p, c, t, cr, rs
+end
+
+local function args_text(fname, v)
+  if v == nil or v == api.null then return "" end
+  if type(v) == "string" then return fix_utf8(v) end
+  if type(v) == "table" then return encode(v) end
+  bad(fname, "returned tool call arguments as a " .. type(v) .. ", expected a string or table")
+end
+
+function H.request(req_json, ctx)
+  local req = decode(req_json)
+  local body = A.transform_request(req, ctx)
+  if type(body) == "string" then return body end
+  if type(body) ~= "table" then bad("transform_request", "returned a " .. type(body) .. ", expected a table or a JSON string") end
+  return encode(body)
+end
+
+function H.response(raw, ctx)
+  local fname = "transform_response"
+  local r = A.transform_response(raw, ctx)
+  if type(r) ~= "table" then bad(fname, "returned a " .. type(r) .. ", expected a table") end
+  local out = {
+    text(fname, r, "content") or "",
+    text(fname, r, "reasoning_content", "reasoning") or "",
+    text(fname, r, "finish_reason") or "",
+  }
+  local p, c, t, cr, rs = usage5(fname, r.usage or r.token_usage)
+  out[4], out[5], out[6], out[7], out[8] = p or -1, c or 0, t or 0, cr or 0, rs or 0
+  local err, err_kind = r.error, r.error_kind
+  if err ~= nil and err ~= api.null and err ~= false then
+    if type(err) == "table" then err = err.message or encode(err) end
+    err = tostring(err)
+  else
+    err = ""
+  end
+  if type(err_kind) ~= "string" then err_kind = "" end
+  out[10], out[11] = err, err_kind
+  local calls = r.tool_calls
+  local n = 12
+  local count = 0
+  if calls ~= nil and calls ~= api.null then
+    if type(calls) ~= "table" then bad(fname, "returned 'tool_calls' as a " .. type(calls) .. ", expected a list") end
+    for i = 1, rawlen(calls) do
+      local tc = calls[i]
+      if type(tc) ~= "table" then bad(fname, "returned tool_calls[" .. i .. "] as a " .. type(tc) .. ", expected a table") end
+      local fn = type(tc["function"]) == "table" and tc["function"] or tc
+      local name = fn.name
+      if type(name) ~= "string" or name == "" then bad(fname, "returned tool_calls[" .. i .. "] without a name") end
+      local id = tc.id
+      if type(id) ~= "string" then id = (id ~= nil and id ~= api.null) and tostring(id) or "" end
+      local a = fn.arguments
+      if a == nil then a = fn.raw_arguments end
+      out[n + 1], out[n + 2], out[n + 3] = id, name, args_text(fname, a)
+      n = n + 3
+      count = count + 1
+    end
+  end
+  out[12] = count
+  return unpack(out, 1, n)
+end
+
+function H.chunk(line, state, ctx)
+  local fname = "transform_stream_chunk"
+  local r = A.transform_stream_chunk(line, state, ctx)
+  if r == nil or r == "" or r == false or r == api.null then return nil end
+  if type(r) ~= "table" then bad(fname, "returned a " .. type(r) .. ", expected a table, nil or \"\"") end
+  local p, c, t, cr, rs = usage5(fname, r.usage or r.token_usage)
+  local err, err_kind = r.error, r.error_kind
+  if err ~= nil and err ~= api.null and err ~= false then
+    if type(err) == "table" then err = err.message or encode(err) end
+    err = tostring(err)
+  else
+    err = ""
+  end
+  if type(err_kind) ~= "string" then err_kind = "" end
+  local out = {
+    "c",
+    text(fname, r, "content") or "",
+    text(fname, r, "reasoning", "reasoning_content") or "",
+    text(fname, r, "finish_reason") or "",
+    r.done and true or false,
+    p or -1, c or 0, t or 0, cr or 0, rs or 0,
+    err, err_kind, 0,
+  }
+  local n = 13
+  local calls = r.tool_calls
+  if calls ~= nil and calls ~= api.null then
+    if type(calls) ~= "table" then bad(fname, "returned 'tool_calls' as a " .. type(calls) .. ", expected a list") end
+    local count = 0
+    for i = 1, rawlen(calls) do
+      local tc = calls[i]
+      if type(tc) ~= "table" then bad(fname, "returned tool_calls[" .. i .. "] as a " .. type(tc) .. ", expected a table") end
+      local fn = type(tc["function"]) == "table" and tc["function"] or tc
+      local index = int(tc.index) or int(tc.stream_index) or (i - 1)
+      local id = tc.id
+      if type(id) ~= "string" then id = (id ~= nil and id ~= api.null) and tostring(id) or "" end
+      local name = fn.name
+      if type(name) ~= "string" then name = "" end
+      local a = fn.arguments
+      if a == nil then a = fn.raw_arguments end
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = index, id, name, args_text(fname, a)
+      n = n + 4
+      count = count + 1
+    end
+    out[13] = count
+  end
+  return unpack(out, 1, n)
+end
+
+function H.endpoint(ctx)
+  local e = A.endpoint
+  if type(e) == "function" then e = e(ctx) end
+  if type(e) ~= "string" then bad("endpoint", "returned a " .. type(e) .. ", expected a string") end
+  return e
+end
+
+function H.headers(api_key, ctx)
+  local h = A.headers
+  if type(h) == "function" then h = h(api_key, ctx) end
+  if h == nil then return end
+  if type(h) ~= "table" then bad("headers", "returned a " .. type(h) .. ", expected a table") end
+  local out, n = {}, 0
+  for k, v in pairs(h) do
+    if type(k) ~= "string" then bad("headers", "returned a non-string header name") end
+    if type(v) ~= "string" and type(v) ~= "number" then bad("headers", "returned header '" .. k .. "' as a " .. type(v)) end
+    out[n + 1], out[n + 2] = k, tostring(v)
+    n = n + 2
+  end
+  return unpack(out, 1, n)
+end
+
+function H.ctx(model, stream, thinking, base_url, source)
+  return {model = model, stream = stream, thinking = thinking, base_url = base_url, source = source}
+end
+
+return H
+"""
+
+
+class Adapter:
+    """One loaded adapter script; the provider calls these per request / per stream line."""
+
+    def __init__(self, sandbox: LuaSandbox, table: Any, path: Path, *, builtin: bool, mtime_ns: int) -> None:
+        self.sandbox = sandbox
+        self.path = path
+        self.builtin = builtin
+        self.mtime_ns = mtime_ns
+        self.chunkname = _chunkname(path, builtin)
+        self.name = str(table["name"] or path.stem)
+        self.version = str(table["version"] if table["version"] is not None else "0")
+        needs = table["needs_api_key"]
+        self.needs_api_key = True if needs is None else bool(needs)
+        self.streams = table["transform_stream_chunk"] is not None
+        endpoint = table["endpoint"]
+        self._static_endpoint: str | None = endpoint if isinstance(endpoint, str) else None
+        self._harness = sandbox.load_trusted(_HARNESS, "homeagent/adapter-harness", table, self.chunkname)
+        self._h_request = self._harness["request"]
+        self._h_response = self._harness["response"]
+        self._h_chunk = self._harness["chunk"]
+        self._h_endpoint = self._harness["endpoint"]
+        self._h_headers = self._harness["headers"]
+        self._h_ctx = self._harness["ctx"]
+        self._budget = sandbox.instruction_budget
+
+    def __repr__(self) -> str:
+        return f"<Adapter {self.name} v{self.version} {self.chunkname}>"
+
+    def _fail(self, exc: LuaError) -> AdapterError:
+        kind = "bad_response" if isinstance(exc, LuaJSONError) else "adapter"
+        message = exc.message
+        if self.chunkname not in message and not exc.location and not _has_location(message):
+            message = f"{self.chunkname}: {message}"
+        return AdapterError(f"adapter '{self.name}': {message}", path=str(self.path), location=exc.location, kind=kind)
+
+    async def _run(self, fn: Any, *args: Any, size: int = 0) -> tuple[Any, ...]:
+        budget = self._budget + 60 * size
+        try:
+            res = self.sandbox.run_raw(fn, *args, budget=budget)
+            if res[0] == "ok":
+                count = int(res[1])
+                values = tuple(res[2 : 2 + count])
+                return values + (None,) * (count - len(values))
+            return await self.sandbox.finish_async(res)
+        except LuaError as exc:
+            raise self._fail(exc) from None
+
+    def context(self, ctx: RequestContext) -> Any:
+        with self.sandbox._lock:
+            return self._h_ctx(ctx.model, ctx.stream, ctx.thinking, ctx.base_url, ctx.source)
+
+    async def endpoint(self, lua_ctx: Any) -> str:
+        if self._static_endpoint is not None:
+            return self._static_endpoint
+        (value,) = (await self._run(self._h_endpoint, lua_ctx))[:1]
+        return str(value)
+
+    async def headers(self, api_key: str, lua_ctx: Any) -> dict[str, str]:
+        values = await self._run(self._h_headers, api_key, lua_ctx)
+        return {str(values[i]): str(values[i + 1]) for i in range(0, len(values) - 1, 2) if values[i] is not None}
+
+    async def build_request(self, request_json: str, lua_ctx: Any) -> str:
+        (body,) = (await self._run(self._h_request, request_json, lua_ctx, size=len(request_json)))[:1]
+        return str(body)
+
+    def build_request_sync(self, request_json: str, lua_ctx: Any) -> str:
+        """For worker threads: same as :meth:`build_request`, ``http_*`` builtins block."""
+        try:
+            res = self.sandbox.call_multi(self._h_request, request_json, lua_ctx,
+                                          budget=self._budget + 60 * len(request_json))
+        except LuaError as exc:
+            raise self._fail(exc) from None
+        return str(res[0])
+
+    async def parse_response(self, raw: str, lua_ctx: Any) -> ParsedResponse:
+        v = await self._run(self._h_response, raw, lua_ctx, size=len(raw))
+        out = ParsedResponse(content=v[0] or "", reasoning=v[1] or "", finish_reason=v[2] or "")
+        if v[3] is not None and v[3] >= 0:
+            out.usage = (int(v[3]), int(v[4]), int(v[5]), int(v[6]), int(v[7]))
+        out.error, out.error_kind = v[9] or "", v[10] or ""
+        count = int(v[11] or 0)
+        for i in range(count):
+            base = 12 + 3 * i
+            out.tool_calls.append(ParsedToolCall(id=v[base] or "", name=v[base + 1], arguments=v[base + 2] or ""))
+        return out
+
+    def new_stream_state(self) -> Any:
+        return self.sandbox.new_table()
+
+    async def parse_chunk(self, line: str, state: Any, lua_ctx: Any) -> ParsedChunk | None:
+        v = await self._run(self._h_chunk, line, state, lua_ctx, size=len(line))
+        if not v or v[0] is None:
+            return None
+        out = ParsedChunk(content=v[1], reasoning=v[2], finish_reason=v[3], done=bool(v[4]), error=v[10], error_kind=v[11])
+        if v[5] >= 0:
+            out.usage = (int(v[5]), int(v[6]), int(v[7]), int(v[8]), int(v[9]))
+        count = int(v[12])
+        for i in range(count):
+            base = 13 + 4 * i
+            out.tool_calls.append((int(v[base]), v[base + 1], v[base + 2], v[base + 3]))
+        return out
+
+
+def _chunkname(path: Path, builtin: bool) -> str:
+    return f"adapters/{path.name}" if builtin else str(path)
+
+
+@dataclass
+class _Entry:
+    path: Path
+    builtin: bool
+    mtime_ns: int
+    size: int
+    adapter: Adapter | None
+    error: AdapterError | None
+
+
+class AdapterLoader:
+    """Finds adapters by name: the user's folder first, then the built-in ones.
+
+    :meth:`get` checks the file's mtime and size on every call (a ``stat``,
+    a few µs) and reloads a changed file; a newly added user file overrides
+    the built-in of the same name, and removing it falls back again. A broken
+    file raises :class:`AdapterError` (with file and line) until it is fixed.
+    """
+
+    def __init__(
+        self,
+        builtin_dir: Path | str | None = None,
+        user_dir: Path | str | None = None,
+        *,
+        max_memory: int = 64 * 1024 * 1024,
+        instruction_budget: int = 2_000_000,
+        http_client: httpx.AsyncClient | None = None,
+        http_policy: HttpPolicy | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        self.user_dir = Path(user_dir) if user_dir else None
+        self.builtin_dir = Path(builtin_dir) if builtin_dir else BUILTIN_DIR
+        self.max_memory = max_memory
+        self.instruction_budget = instruction_budget
+        self.http_client = http_client
+        self.http_policy = http_policy or HttpPolicy()
+        self.log = logger or logging.getLogger("homeagent.providers.adapters")
+        self._entries: dict[str, _Entry] = {}
+        self._compat_source: tuple[int, str] | None = None
+
+    # ---------------------------------------------------------------- discovery
+    def _candidates(self, name: str) -> Iterator[tuple[Path, bool]]:
+        if self.user_dir is not None:
+            yield self.user_dir / f"{name}.lua", False
+        yield self.builtin_dir / f"{name}.lua", True
+
+    def names(self) -> list[str]:
+        found: set[str] = set()
+        for folder in (self.builtin_dir, self.user_dir):
+            if folder is not None and folder.is_dir():
+                found.update(p.stem for p in folder.glob("*.lua") if not p.name.startswith("_"))
+        return sorted(found)
+
+    def exists(self, name: str) -> bool:
+        return _valid_name(name) and any(path.is_file() for path, _ in self._candidates(name))
+
+    # ------------------------------------------------------------------ loading
+    def get(self, name: str) -> Adapter:
+        """The current adapter called ``name`` (reloaded if its file changed)."""
+        if not _valid_name(name):
+            raise AdapterError(f"invalid adapter name {name!r}")
+        for path, builtin in self._candidates(name):
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            return self._load_cached(f"name:{name}", path, builtin, st)
+        raise AdapterError(f"adapter '{name}' not found (available: {', '.join(self.names()) or 'none'})")
+
+    def load_path(self, path: Path | str) -> Adapter:
+        """The adapter in an explicit file (``adapter_path``), reloaded if it changed."""
+        p = Path(path).expanduser()
+        try:
+            st = p.stat()
+        except OSError as exc:
+            raise AdapterError(f"adapter file {p} cannot be read: {exc.strerror}", path=str(p)) from None
+        builtin = p.resolve().parent == self.builtin_dir.resolve()
+        return self._load_cached(f"path:{p.resolve()}", p, builtin, st)
+
+    def _load_cached(self, key: str, path: Path, builtin: bool, st: os.stat_result) -> Adapter:
+        entry = self._entries.get(key)
+        if entry is not None and entry.path == path and entry.mtime_ns == st.st_mtime_ns and entry.size == st.st_size:
+            if entry.adapter is not None:
+                return entry.adapter
+            assert entry.error is not None
+            raise entry.error
+        adapter: Adapter | None = None
+        error: AdapterError | None = None
+        try:
+            adapter = self._load_file(path, builtin, st.st_mtime_ns)
+            verb = "reloaded" if entry is not None else "loaded"
+            self.log.info("adapter %s %s from %s (version %s)", adapter.name, verb, path, adapter.version)
+        except AdapterError as exc:
+            error = exc
+            self.log.error("adapter %s rejected: %s", path, exc)
+        self._entries[key] = _Entry(path, builtin, st.st_mtime_ns, st.st_size, adapter, error)
+        if adapter is None:
+            assert error is not None
+            raise error
+        return adapter
+
+    def _compat(self) -> str:
+        path = self.builtin_dir / COMPAT_LIB
+        st = path.stat()
+        if self._compat_source is None or self._compat_source[0] != st.st_mtime_ns:
+            self._compat_source = (st.st_mtime_ns, path.read_text(encoding="utf-8"))
+        return self._compat_source[1]
+
+    def _load_file(self, path: Path, builtin: bool, mtime_ns: int) -> Adapter:
+        chunk = _chunkname(path, builtin)
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise AdapterError(f"{chunk}: cannot read: {exc}", path=str(path)) from None
+        sandbox = LuaSandbox(
+            f"adapter:{path.stem}",
+            max_memory=self.max_memory,
+            instruction_budget=self.instruction_budget,
+            http=self.http_policy,
+            http_client=self.http_client,
+            logger=logging.getLogger(f"homeagent.adapters.{path.stem}"),
+        )
+        try:
+            compat_globals: dict[str, Any] = {}
+            if (self.builtin_dir / COMPAT_LIB).is_file():
+                compat_globals["openai_compat"] = sandbox.load(self._compat(), f"adapters/{COMPAT_LIB}")
+            table = sandbox.load(source, chunk, globals=compat_globals)
+        except LuaError as exc:
+            message = exc.message if chunk in exc.message else f"{chunk}: {exc.message}"
+            raise AdapterError(message, path=str(path), location=exc.location) from None
+        _check_shape(sandbox, table, chunk, path)
+        try:
+            return Adapter(sandbox, table, path, builtin=builtin, mtime_ns=mtime_ns)
+        except LuaError as exc:
+            raise AdapterError(f"{chunk}: {exc.message}", path=str(path)) from None
+
+    def info(self) -> list[AdapterInfo]:
+        """Every adapter name with where it comes from and whether it loads."""
+        out: list[AdapterInfo] = []
+        for name in self.names():
+            builtin_file = (self.builtin_dir / f"{name}.lua").is_file()
+            user_file = self.user_dir is not None and (self.user_dir / f"{name}.lua").is_file()
+            try:
+                adapter = self.get(name)
+                out.append(AdapterInfo(name, str(adapter.path), adapter.builtin, bool(user_file and builtin_file),
+                                       adapter.version, ""))
+            except AdapterError as exc:
+                path = (self.user_dir / f"{name}.lua") if (user_file and self.user_dir) else self.builtin_dir / f"{name}.lua"
+                out.append(AdapterInfo(name, str(path), not user_file, bool(user_file and builtin_file), "", str(exc)))
+        return out
+
+
+def _has_location(message: str) -> bool:
+    head, sep, _ = message.partition(": ")
+    return bool(sep) and ":" in head and head.rsplit(":", 1)[1].isdigit()
+
+
+def _valid_name(name: str) -> bool:
+    return bool(name) and all(c.isalnum() or c in "-_." for c in name) and not name.startswith(".")
+
+
+def _check_shape(sandbox: LuaSandbox, table: Any, chunk: str, path: Path) -> None:
+    def lua_type(v: Any) -> str:
+        if v is None:
+            return "nil"
+        if isinstance(v, bool):
+            return "boolean"
+        if isinstance(v, int | float):
+            return "number"
+        if isinstance(v, str):
+            return "string"
+        return str(sandbox._table_type(v))
+
+    if lua_type(table) != "table":
+        raise AdapterError(f"{chunk}: the script must return a table (got {lua_type(table)})", path=str(path))
+    rules = {
+        "transform_request": ("function",),
+        "transform_response": ("function",),
+        "transform_stream_chunk": ("function", "nil"),
+        "endpoint": ("string", "function"),
+        "headers": ("table", "function", "nil"),
+        "name": ("string", "nil"),
+        "version": ("string", "number", "nil"),
+        "needs_api_key": ("boolean", "nil"),
+    }
+    for key, allowed in rules.items():
+        actual = lua_type(table[key])
+        if actual not in allowed:
+            want = " or ".join(a for a in allowed if a != "nil")
+            missing = "is missing" if actual == "nil" else f"is a {actual}"
+            raise AdapterError(f"{chunk}: field '{key}' {missing}, expected a {want}", path=str(path))
+
+
+def request_json(request: dict[str, Any]) -> str:
+    return json.dumps(request, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,190 @@
+"""Public data types shared by the daemon and plugin authors.
+
+Everything a plugin needs to describe a tool, a stage handler or a setting
+lives here, so that `homeagent.sdk` can be imported without pulling in the
+daemon's internals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Stage(str, enum.Enum):
+    """The seven points of the message pipeline where plugins may hook in."""
+
+    ON_INPUT = "on_input"
+    PRE_ACTION = "pre_action"
+    POST_ACTION = "post_action"
+    BEFORE_TOOLCALL = "before_toolcall"
+    AFTER_TOOLCALL = "after_toolcall"
+    BEFORE_OUTPUT = "before_output"
+    AFTER_OUTPUT = "after_output"
+
+
+STAGES: tuple[Stage, ...] = tuple(Stage)
+
+
+class OutputCap(enum.IntFlag):
+    """What an output channel can carry (bit flags, as in the original)."""
+
+    TEXT = 1
+    FILE = 2
+    IMAGE = 4
+    AUDIO = 8
+    STRUCTURED = 16
+
+
+ToolHandler = Callable[[dict[str, Any]], Awaitable[Any] | Any]
+"""A tool handler gets the validated arguments and returns a JSON-able value.
+
+Returning ``{"isError": True, "content": "..."}`` reports a failure to the model
+without raising; raising an exception is turned into the same shape.
+"""
+
+TextCleaner = Callable[[str], str]
+
+
+@dataclass
+class ToolDef:
+    """A tool the model can call.
+
+    ``no_memory`` keeps the tool's output out of every memory computation
+    (embedding, keyword extraction, distillation) while the original text stays
+    in the history. ``cleaner`` filters the output before it reaches those
+    computations. ``serial`` tools of one LLM turn run one after another;
+    ``parallel_safe`` tools run concurrently with each other.
+    """
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=lambda: {"type": "object", "properties": {}})
+    plugin: str = ""
+    no_memory: bool = False
+    cleaner: TextCleaner | None = None
+    serial: bool = False
+    parallel_safe: bool = True
+
+    def to_openai(self) -> dict[str, Any]:
+        """The tool in the OpenAI ``tools`` wire shape, which adapters translate from."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters or {"type": "object", "properties": {}},
+            },
+        }
+
+
+@dataclass
+class ToolCall:
+    """One tool call requested by the model."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+    plugin: str = ""
+    raw_arguments: str = ""
+    denied: bool = False
+    deny_reason: str = ""
+
+
+@dataclass
+class ToolResult:
+    """What a tool call produced; ``result`` is sent back to the model as JSON."""
+
+    call_id: str
+    name: str
+    plugin: str = ""
+    success: bool = True
+    result: Any = None
+    status: str = "ok"  # ok | denied | interrupted | error
+    duration_ms: float = 0.0
+
+
+@dataclass
+class MemItem:
+    role: str
+    content: str
+    score: float = 0.0
+
+
+@dataclass
+class StageContext:
+    """The state one message carries through the pipeline.
+
+    All handlers of a stage share one instance; mutate it while holding
+    ``lock`` when a change depends on what is already there (appending to a
+    list, read-modify-write). Which fields a stage may write is fixed by the
+    permission matrix of the plugin SDK and enforced by the stage host.
+    """
+
+    raw_message: str = ""
+    user_id: str = ""
+    group_id: str = ""
+    channel: str = ""
+    source: str = ""
+    context_msgs: list[dict[str, Any]] = field(default_factory=list)
+    llm_text: str = ""
+    reasoning_content: str = ""
+    token_usage: dict[str, int] = field(default_factory=dict)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_results: list[ToolResult] = field(default_factory=list)
+    tool_call: ToolCall | None = None
+    tool_result: ToolResult | None = None
+    final_text: str = ""
+    response: str | None = None
+    phase: Stage = Stage.ON_INPUT
+    memory: list[MemItem] = field(default_factory=list)
+    no_memory: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
+
+
+StageHandler = Callable[[StageContext], Awaitable[None] | None]
+
+
+@dataclass
+class ConfigDef:
+    """A setting's definition: drives validation and the settings page.
+
+    ``type`` is one of string, int, float, number, bool, boolean, duration,
+    password, select, text, json. ``secret`` values are masked wherever they
+    are shown and never logged (``password`` implies ``secret``).
+    """
+
+    key: str
+    default: Any = None
+    type: str = "string"
+    display_name: str = ""
+    description: str = ""
+    category: str = ""
+    options: list[str] = field(default_factory=list)
+    placeholder: str = ""
+    min: float | None = None
+    max: float | None = None
+    step: float | None = None
+    required: bool = False
+    secret: bool = False
+    hidden: bool = False
+
+    @property
+    def is_secret(self) -> bool:
+        return self.secret or self.type == "password"
+
+
+@dataclass
+class InjectOptions:
+    """How an injected input is handled: memory, priority, reply routing."""
+
+    no_memory: bool = False
+    priority: int = 2  # 1 highest … 3 lowest; interrupts use their own queue
+    user_id: str = ""
+    group_id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,81 @@
+"""Shared fixtures: a real daemon on a temporary data directory, and the real CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from homeagent.daemon import Daemon
+from homeagent.paths import DataPaths
+
+LLM_ENV = (
+    "HOMEAGENT_LLM_BASE_URL",
+    "HOMEAGENT_LLM_API_KEY",
+    "HOMEAGENT_LLM_MODEL",
+    "HOMEAGENT_LLM_ADAPTER",
+    "LLM_API_KEY",
+    "DEEPSEEK_API_KEY",
+    "HOMEAGENT_SOCKET",
+    "HOMEAGENT_DATA_DIR",
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_llm_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never pick up a developer's real LLM keys or data directory."""
+    for name in LLM_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    # Unix socket paths are limited to ~107 bytes; keep the data dir short.
+    path = tmp_path / "d"
+    path.mkdir()
+    return path
+
+
+@dataclass
+class CLIResult:
+    code: int
+    out: str
+    err: str
+
+
+async def run_cli(
+    data_dir: Path, *args: str, stdin: str | None = None, timeout: float = 60, env: dict[str, str] | None = None
+) -> CLIResult:
+    """Run the real `homeagent` command in a subprocess (the event loop keeps serving meanwhile)."""
+    full_env = {**os.environ, **(env or {})}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "homeagent",
+        "--data-dir",
+        str(data_dir),
+        *args,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=full_env,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode() if stdin is not None else None), timeout)
+    assert proc.returncode is not None
+    return CLIResult(proc.returncode, out.decode(), err.decode())
+
+
+@pytest.fixture
+async def daemon(data_dir: Path) -> AsyncIterator[Daemon]:
+    """An in-process daemon on the offline provider (tests that need a fake LLM set env first)."""
+    d = Daemon(DataPaths(data_dir), web=False)
+    await d.start()
+    try:
+        yield d
+    finally:
+        await d.stop()
