@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class Stage(str, enum.Enum):
+class Stage(enum.StrEnum):
     """The seven points of the message pipeline where plugins may hook in."""
 
     ON_INPUT = "on_input"
