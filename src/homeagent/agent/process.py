@@ -161,8 +161,8 @@ class TurnRunner:
             await turn.frame({"type": "content_delta", "text": "", "reset": True})
             return await self._end(ctx, turn, "", interrupted=True, error="turn interrupted")
         except ProviderError as exc:
-            log.warning("turn %s: %s", message.id, exc)
-            return await self._end(ctx, turn, "", error=str(exc))
+            log.warning("turn %s: %s", message.id, exc.describe())
+            return await self._end(ctx, turn, "", error=exc.describe())
         except Exception as exc:
             log.exception("turn %s failed", message.id)
             return await self._end(ctx, turn, "", error=f"internal error: {type(exc).__name__}: {exc}")
