@@ -1,0 +1,174 @@
+"""Kernel overhead per turn, daemon cold start and idle RSS.
+
+Overhead = wall time of a turn minus the time the fake LLM itself takes,
+where the fake LLM's time is a bare httpx streaming request to the same fake
+server measured in the same run (one per LLM round of the turn).
+
+    .venv/bin/python -m bench.bench_kernel [--turns 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from homeagent.daemon import Daemon
+from homeagent.paths import DataPaths
+from homeagent.sdk.types import Stage, StageContext, ToolDef
+from tests.fakes.llm_openai import FakeOpenAI, Turn
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def bare_requests(fake: FakeOpenAI, n: int) -> list[float]:
+    body = {
+        "model": "gpt-fake",
+        "stream": True,
+        "messages": [{"role": "system", "content": "x" * 2000}, {"role": "user", "content": "hi"}],
+    }
+    times = []
+    async with httpx.AsyncClient() as client:
+        for _ in range(n):
+            fake.script(Turn.text("ok"))
+            started = time.perf_counter()
+            async with client.stream("POST", fake.base_url + "/chat/completions", json=body) as response:
+                async for _line in response.aiter_lines():
+                    pass
+            times.append(time.perf_counter() - started)
+    return times
+
+
+async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
+    os.environ.update(
+        HOMEAGENT_LLM_BASE_URL=fake.base_url, HOMEAGENT_LLM_API_KEY="sk-bench-000000", HOMEAGENT_LLM_MODEL="gpt-fake"
+    )
+    logging.getLogger("homeagent").setLevel(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="ha-bench-") as tmp:
+        daemon = Daemon(DataPaths(Path(tmp)), web=False)
+        await daemon.start()
+        try:
+
+            async def noop_handler(ctx: StageContext) -> None:
+                return None
+
+            for stage in Stage:
+                for i in range(3):
+                    daemon.stages.register(stage, noop_handler, plugin=f"bench{i}")
+
+            async def noop(args: dict[str, Any]) -> Any:
+                return "ok"
+
+            daemon.tools.register(ToolDef(name="noop", plugin="bench"), noop)
+            results: dict[str, list[float]] = {}
+            from homeagent.providers.base import ChatRequest
+
+            provider_times = []
+            request = ChatRequest(messages=[{"role": "system", "content": "x" * 2000}, {"role": "user", "content": "hi"}])
+            for i in range(turns + 10):
+                fake.script(Turn.text("ok"))
+                started = time.perf_counter()
+                await daemon.llm.manager.run(request, lambda chunk: None)
+                if i >= 10:
+                    provider_times.append(time.perf_counter() - started)
+            results["provider.run only"] = provider_times
+            scenarios = {
+                "0 tool calls": lambda: [Turn.text("done")],
+                "1 tool call": lambda: [Turn.tool_calls([("noop", {})]), Turn.text("done")],
+                "3 tool calls": lambda: [Turn.tool_calls([("noop", {})] * 3), Turn.text("done")],
+            }
+            for name, script in scenarios.items():
+                times = []
+                for i in range(turns + 10):
+                    fake.script(*script())
+                    started = time.perf_counter()
+                    result = await daemon.io.inject_sync("bench", "bench", f"turn {i}")
+                    elapsed = time.perf_counter() - started
+                    assert result.ok, result.error
+                    if i >= 10:  # warm-up
+                        times.append(elapsed)
+                results[name] = times
+            return results
+        finally:
+            await daemon.stop()
+
+
+def cold_start(runs: int) -> tuple[list[float], list[int]]:
+    times, rss = [], []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="ha-cold-") as tmp:
+            sock = Path(tmp) / "cli.sock"
+            started = time.perf_counter()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "homeagent", "--data-dir", tmp, "run", "--no-web"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            while not sock.exists():
+                time.sleep(0.002)
+            import socket as socketlib
+
+            while True:
+                try:
+                    with socketlib.socket(socketlib.AF_UNIX) as s:
+                        s.connect(str(sock))
+                        s.recv(100)
+                    break
+                except OSError:
+                    time.sleep(0.002)
+            times.append(time.perf_counter() - started)
+            time.sleep(1.0)
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss.append(int(line.split()[1]))
+            proc.terminate()
+            proc.wait(10)
+    return times, rss
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--cold", type=int, default=5)
+    args = parser.parse_args()
+    async with FakeOpenAI() as fake:
+        baseline = await bare_requests(fake, args.turns)
+        scenarios = await kernel_turns(fake, args.turns)
+    base50 = statistics.median(baseline)
+    print(f"bare httpx streaming request to the fake LLM: p50 {base50 * 1000:.2f} ms, p95 {pct(baseline, 0.95) * 1000:.2f} ms")
+    print()
+    provider50 = statistics.median(scenarios.pop("provider.run only"))
+    print(f"ProviderManager.run (Lua adapter + httpx) to the same server: p50 {provider50 * 1000:.2f} ms")
+    print()
+    print("| turn (7 stages x 3 handlers) | LLM rounds | turn p50 ms | turn p95 ms | overhead p50 ms | overhead p95 ms | kernel-only p50 ms | turn / bare request |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, times in scenarios.items():
+        rounds = 1 if name.startswith("0") else 2
+        overhead = [t - rounds * base50 for t in times]
+        print(
+            f"| {name} | {rounds} | {statistics.median(times) * 1000:.2f} | {pct(times, 0.95) * 1000:.2f} | "
+            f"{statistics.median(overhead) * 1000:.2f} | {pct(overhead, 0.95) * 1000:.2f} | "
+            f"{(statistics.median(times) - rounds * provider50) * 1000:.2f} | "
+            f"{statistics.median(times) / base50:.1f}x |"
+        )
+    times, rss = cold_start(args.cold)
+    print()
+    print(f"cold start to socket ready: p50 {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms ({args.cold} runs)")
+    print(f"idle RSS after start: {statistics.median(rss) / 1024:.1f} MiB")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
