@@ -31,7 +31,7 @@ KEY = "sk-test-SECRET-0123456789"
 
 @pytest.fixture
 async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as c:
+    async with httpx.AsyncClient(verify=False) as c:  # plain http only; skips loading CA certificates
         yield c
 
 
@@ -502,3 +502,115 @@ async def test_provider_trims_to_context_window(
         assert len(sent) < len(history)
         assert estimate_tokens(sent) <= 1000
         assert any("context trimmed" in r.getMessage() for r in caplog.records)
+
+
+# ---------------------------------------------------------------------- sources
+def config(values: dict[str, Any]) -> tuple[Any, Any]:
+    def get(key: str) -> Any:
+        return values.get(key)
+
+    def list_keys(prefix: str) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if k.startswith(prefix)}
+
+    return get, list_keys
+
+
+def test_sources_from_env_config_and_legacy_keys(loader: AdapterLoader, caplog: pytest.LogCaptureFixture) -> None:
+    from homeagent.providers.sources import build_sources
+
+    caplog.set_level(logging.DEBUG)
+    get, list_keys = config({
+        "core.llm.provider": "work",
+        "core.llm.sources.work.base_url": "https://llm.example/v1",
+        "core.llm.sources.work.model": "m1",
+        "core.llm.sources.work.api_key": "sk-work-SECRET-1",
+        "core.llm.sources.work.priority": "5",
+        "core.llm.sources.work.max_concurrent": 2,
+        "core.llm.sources.work.context_window": "32000",
+        "core.llm.sources.work.thinking_enabled": "true",
+        "core.llm.sources.nokey.base_url": "https://x.example",
+        "core.llm.sources.nokey.model": "m2",
+        "core.llm.sources.nourl.model": "m3",
+        "core.llm.sources.local.base_url": "http://127.0.0.1:11434",
+        "core.llm.sources.local.model": "llama",
+        "core.llm.sources.local.adapter": "ollama",
+        "core.llm.sources.weird.base_url": "https://y.example",
+        "core.llm.sources.weird.model": "m",
+        "core.llm.sources.weird.api_key": "k-weird-000",
+        "core.llm.sources.weird.adapter": "doesnotexist",
+    })
+    env = {"HOMEAGENT_LLM_BASE_URL": "https://env.example/v1", "HOMEAGENT_LLM_API_KEY": "sk-env-SECRET-2",
+           "HOMEAGENT_LLM_MODEL": "env-model", "DEEPSEEK_API_KEY": "sk-ds-SECRET-3"}
+    providers, notes = build_sources(get, list_keys, env, loader, None)
+    names = [p.name for p in providers]
+    assert names == ["env", "deepseek", "local", "work"]
+    by = {p.name: p for p in providers}
+    env_p, ds, work = by["env"], by["deepseek"], by["work"]
+    assert isinstance(env_p, LuaAdaptedProvider) and env_p.adapter_name == "openai" and env_p.model == "env-model"
+    assert isinstance(ds, LuaAdaptedProvider) and ds.base_url == "https://api.deepseek.com" and ds.model == "deepseek-chat"
+    assert isinstance(work, LuaAdaptedProvider)
+    assert (work.priority, work.max_concurrent, work.context_window, work.thinking_enabled) == (5, 2, 32000, True)
+    assert notes == [
+        "LLM source 'nokey' skipped: no api_key (set core.llm.sources.nokey.api_key)",
+        "LLM source 'nourl' skipped: no base_url (set core.llm.sources.nourl.base_url)",
+        "LLM source 'weird' skipped: adapter 'doesnotexist' not found (available: anthropic, deepseek, gemini, github, "
+        "groq, kimi, mistral, ollama, openai, server)",
+    ]
+    text = " ".join(notes) + repr(providers) + caplog.text
+    for secret in ("SECRET", "k-weird-000"):
+        assert secret not in text
+    manager = ProviderManager(providers, preferred=get("core.llm.provider"))
+    assert manager.current_source() == "work"
+    assert "SECRET" not in repr(manager.list_sources())
+
+
+def test_env_source_missing_fields_gives_one_note(loader: AdapterLoader) -> None:
+    from homeagent.providers.sources import build_sources
+
+    get, list_keys = config({})
+    providers, notes = build_sources(get, list_keys, {"HOMEAGENT_LLM_BASE_URL": "http://x"}, loader, None)
+    assert providers == []
+    assert notes == ["LLM source 'env' skipped: no model (set HOMEAGENT_LLM_MODEL)"]
+    providers, notes = build_sources(get, list_keys, {}, loader, None)
+    assert providers == [] and notes == []
+
+
+def test_configured_deepseek_takes_the_legacy_key(loader: AdapterLoader) -> None:
+    from homeagent.providers.sources import build_sources
+
+    get, list_keys = config({
+        "core.llm.sources.deepseek.base_url": "https://api.deepseek.com",
+        "core.llm.sources.deepseek.model": "deepseek-v4-flash",
+        "core.llm.sources.deepseek.api_key": "",
+        "core.llm.sources.deepseek.adapter": "deepseek",
+        "core.llm.sources.deepseek.adapter_path": "adapters/deepseek.lua",
+    })
+    providers, notes = build_sources(get, list_keys, {}, loader, None)
+    assert providers == [] and notes == ["LLM source 'deepseek' skipped: no api_key (set core.llm.sources.deepseek.api_key)"]
+    providers, notes = build_sources(get, list_keys, {"LLM_API_KEY": "sk-legacy-1"}, loader, None)
+    assert [p.name for p in providers] == ["deepseek"] and notes == []
+    assert isinstance(providers[0], LuaAdaptedProvider) and providers[0].model == "deepseek-v4-flash"
+
+
+def test_broken_registry_never_raises(loader: AdapterLoader) -> None:
+    from homeagent.providers.sources import build_sources
+
+    def boom(_: str) -> Any:
+        raise RuntimeError("db locked")
+
+    providers, notes = build_sources(boom, boom, {}, loader, None)
+    assert providers == [] and notes == []
+
+
+async def test_disabled_source_is_named_as_skipped(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+    async with FakeOpenAI() as one:
+        one.script(Turn.error(401, message="invalid key"))
+        manager = ProviderManager([provider(one, loader, client, "one")])
+        with pytest.raises(AllProvidersFailed) as first:
+            await manager.run(req())
+        assert first.value.attempts == ["one: auth HTTP 401: invalid key"]
+        with pytest.raises(AllProvidersFailed) as second:
+            await manager.run(req())
+        assert second.value.attempts == ["one: skipped (disabled: 401)"]
+        assert "one: skipped (disabled: 401)" in str(second.value)
+        assert len(one.requests) == 1

@@ -38,6 +38,8 @@ from homeagent.io.socket_server import RPCError, SocketServer
 from homeagent.llm_control import LLMControl
 from homeagent.memory.textlog import TextLog
 from homeagent.paths import DataPaths
+from homeagent.plugins.registry import PluginRegistry, register_rpc
+from homeagent.plugins.services import PluginServices
 from homeagent.sdk.types import OutputCap, ToolDef
 
 log = logging.getLogger("homeagent.daemon")
@@ -172,6 +174,24 @@ class Daemon:
                 plugin="cli",
             )
         )
+        self.plugins = PluginRegistry(
+            PluginServices(
+                tools=self.tools,
+                stages=self.stages,
+                io=self.io,
+                config=cfg,
+                events=self.events,
+                channels=self.channels,
+                prompt=self.prompt,
+                llm=self.llm,
+                data_dir=self.paths.root,
+                textlog=self.textlog,
+            ),
+            Path(cfg.get_str("core.plugin.dir", str(self.paths.plugins))),
+        )
+        register_rpc(self.socket, self.plugins)
+        summary = await self.plugins.load_all()
+        log.info("plugins: %s", summary.get("states", summary))
         self.agent.start()
         await self.socket.start()
         log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
@@ -284,7 +304,7 @@ class Daemon:
             "agent": self.agent.status(),
             "llm_source": self.llm.manager.current_source(),
             "tools": len(self.tools.tools()),
-            "plugins": 0,
+            "plugins": len(self.plugins.running()),
             "events": self.events.stats(),
         }
 
@@ -302,6 +322,7 @@ class Daemon:
         for name, closer in (
             ("socket", lambda: self.socket.close()),
             ("agent", lambda: self.agent.stop()),
+            ("plugins", lambda: self.plugins.stop_all()),
             ("text log", lambda: self.textlog.close()),
             ("llm", lambda: self.llm.close()),
             ("events", lambda: self.events.close()),
@@ -324,7 +345,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "HttpPolicy",
     "LuaBudgetExceeded",
     "LuaError",
+    "LuaJSONError",
     "LuaMemoryExceeded",
     "LuaSandbox",
     "LuaSyntaxError",
@@ -112,7 +113,7 @@ def _deny_attributes(obj: Any, name: Any, is_setting: bool) -> Any:
 # The trusted prelude runs once per runtime in the real global environment and
 # returns the host's private API. Sandboxed code never sees this table.
 _PRELUDE = r"""
-local pylog, setcap = ...
+local pylog = ...
 
 local type, pairs, next, select, tostring, tonumber, error, pcall, xpcall, assert =
       type, pairs, next, select, tostring, tonumber, error, pcall, xpcall, assert
@@ -120,6 +121,7 @@ local rawget, rawset, rawlen, rawequal = rawget, rawset, rawlen, rawequal
 local raw_getmetatable, raw_setmetatable = getmetatable, setmetatable
 local raw_load = load
 local sethook, getinfo, traceback, dgetmetatable = debug.sethook, debug.getinfo, debug.traceback, debug.getmetatable
+local dsetmetatable = debug.setmetatable
 local cocreate, coresume, costatus, coyield = coroutine.create, coroutine.resume, coroutine.status, coroutine.yield
 local gc = collectgarbage
 local byte, sub, find, char, gsub, format, strrep = string.byte, string.sub, string.find, string.char, string.gsub, string.format, string.rep
@@ -154,6 +156,14 @@ function json.array(t)
   if type(t) ~= "table" then error("json.array: table expected, got " .. type(t), 2) end
   return raw_setmetatable(t, array_mt)
 end
+local raw_mt = {__jsontype = "raw", __metatable = "json.raw"}
+
+-- JSON text the encoder copies verbatim (for passing through what was never decoded).
+function json.raw(text)
+  if type(text) ~= "string" then error("json.raw: string expected, got " .. type(text), 2) end
+  return raw_setmetatable({text}, raw_mt)
+end
+
 function json.object(t)
   if t == nil then t = {} end
   if type(t) ~= "table" then error("json.object: table expected, got " .. type(t), 2) end
@@ -163,11 +173,11 @@ end
 local esc = { [34] = '"', [92] = "\\", [47] = "/", [98] = "\b", [102] = "\f", [110] = "\n", [114] = "\r", [116] = "\t" }
 
 local JSON_ERR = "json.decode: "
-local function decode_impl(s)
-  local pos = 1
-  local len = #s
-  local nb = 0 -- position of the next backslash at/after the scan point; -1 = none left
-  local value
+-- Decoder state lives in upvalues shared by the helpers (no closures per call;
+-- decoding never yields or re-enters, and every call resets the state).
+local s, pos, len = "", 1, 0
+local nb = 0 -- position of the next backslash at/after the scan point; -1 = none left
+local value
 
   local function fail(what, at)
     local snippet = sub(s, (at or pos), (at or pos) + 15)
@@ -234,14 +244,20 @@ local function decode_impl(s)
       if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
       if c == 125 then pos = pos + 1; return t end
       while true do
-        if c ~= 34 then fail("expected a string key") end
-        local k = str()
-        c = byte(s, pos)
-        if c ~= 58 then
-          if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
-          if c ~= 58 then fail("expected ':'") end
+        -- fast path: a plain key directly followed by ':' (one C call)
+        local _, e, k = find(s, '^"([^"\\]*)":', pos)
+        if e then
+          pos = e + 1
+        else
+          if c ~= 34 then fail("expected a string key") end
+          k = str()
+          c = byte(s, pos)
+          if c ~= 58 then
+            if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
+            if c ~= 58 then fail("expected ':'") end
+          end
+          pos = pos + 1
         end
-        pos = pos + 1
         local v = value()
         if v ~= null then t[k] = v end
         c = byte(s, pos)
@@ -283,11 +299,14 @@ local function decode_impl(s)
     fail(c and "unexpected character" or "unexpected end of input")
   end
 
+local function decode_impl(text)
+  s, pos, len, nb = text, 1, #text, 0
   local v = value()
   if pos <= len then
     pos = find(s, "[^ \t\r\n]", pos) or (len + 1)
     if pos <= len then fail("trailing characters") end
   end
+  s = ""
   if v == null then return nil end
   return v
 end
@@ -297,6 +316,37 @@ function json.decode(s)
   local ok, v = pcall(decode_impl, s)
   if not ok then error(v, 2) end
   return v
+end
+
+-- An object some of whose fields stay JSON text until first read (the request's
+-- messages and tools): adapters that pass them through never pay for decoding.
+local function lazy_object(t, pending)
+  local mt = {__jsontype = "object", __metatable = "json.object", __lazy = pending}
+  mt.__index = function(tt, k)
+    local text = pending[k]
+    if text == nil then return nil end
+    pending[k] = nil
+    local v = decode_impl(text)
+    rawset(tt, k, v)
+    return v
+  end
+  mt.__pairs = function(tt)
+    for k in next, pending do
+      if rawget(tt, k) ~= nil then pending[k] = nil else local _ = tt[k] end
+    end
+    return next, tt, nil
+  end
+  dsetmetatable(t, mt)
+  return t
+end
+
+-- The undecoded JSON text of a lazy field (nil once it was read or when there is none).
+function json.pending(t, key)
+  if type(t) ~= "table" then return nil end
+  local mt = dgetmetatable(t)
+  local pending = mt and rawget(mt, "__lazy")
+  if not pending or rawget(t, key) ~= nil then return nil end
+  return pending[key]
 end
 
 local escmap = { ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f", ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t" }
@@ -330,10 +380,9 @@ local function fix_utf8(s)
   return concat(out)
 end
 
-local function encode_impl(root)
-  local buf, n = {}, 0
-  local seen = {}
-  local function enc(v, depth)
+local buf, n, seen = {}, 0, {}
+local enc
+function enc(v, depth)
     local tv = type(v)
     if tv == "string" then
       if find(v, '[%c"\\]') then v = gsub(v, '[%c"\\]', escmap) end
@@ -349,6 +398,7 @@ local function encode_impl(root)
     elseif tv == "table" then
       local kind = jsontype(v)
       if kind == "null" then n = n + 1; buf[n] = "null"; return end
+      if kind == "raw" then n = n + 1; buf[n] = rawget(v, 1); return end
       if seen[v] then error("json.encode: cycle in table", 0) end
       if depth > 200 then error("json.encode: nested too deep", 0) end
       seen[v] = true
@@ -363,6 +413,16 @@ local function encode_impl(root)
       else
         n = n + 1; buf[n] = "{"
         local first = true
+        local mt = dgetmetatable(v)
+        local pending = mt and rawget(mt, "__lazy")
+        if pending then
+          for k, text in next, pending do
+            if rawget(v, k) ~= nil then goto continue end -- replaced by the adapter
+            if first then first = false else n = n + 1; buf[n] = "," end
+            buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":'; buf[n + 4] = text; n = n + 4
+            ::continue::
+          end
+        end
         for k, x in next, v do
           local tk = type(k)
           if tk == "number" then k = tostring(k)
@@ -381,8 +441,12 @@ local function encode_impl(root)
       error("json.encode: cannot encode a " .. tv, 0)
     end
   end
+local function encode_impl(root)
+  buf, n, seen = {}, 0, {}
   enc(root, 0)
-  return fix_utf8(concat(buf))
+  local out = concat(buf, "", 1, n)
+  buf, seen = {}, {}
+  return fix_utf8(out)
 end
 
 function json.encode(v)
@@ -441,7 +505,7 @@ local function http_call(method, url, body, headers)
     if type(headers) ~= "table" then error("http: headers must be a table", 3) end
     for k, v in pairs(headers) do hdrs[tostring(k)] = tostring(v) end
   end
-  return coyield(HTTP, method, url, body, hdrs)
+  return coyield(HTTP, method, url, body, encode_impl(json.object(hdrs)))
 end
 
 local function http_get(url, headers) return http_call("GET", url, nil, headers) end
@@ -472,7 +536,14 @@ function new_env()
 end
 
 ---------------------------------------------------------------------- running
+-- Calls run on reusable worker coroutines: a worker runs one job, yields DONE
+-- with its results and waits for the next job. The count hook (set per job)
+-- enforces the instruction budget and a soft memory limit.
 local pending, next_id = {}, 0
+local idle, nidle = {}, 0
+local DONE = {}
+local MAX_IDLE = 8
+local stash = {}
 
 local function where(co)
   for level = 0, 50 do
@@ -486,15 +557,16 @@ local function where(co)
   return "", ""
 end
 
-local function classify(co, state, err)
+local function classify(w, err)
+  local co = w.co
   local kind = "runtime"
   local msg
-  if state.exceeded then
+  if w.exceeded then
     kind = "budget"
-    msg = "instruction budget exceeded (" .. state.budget .. " instructions)"
+    msg = "instruction budget exceeded (" .. w.budget .. " instructions)"
   elseif type(err) == "string" then
     msg = err
-    if err == "not enough memory" or find(err, "not enough memory", 1, true) then kind = "memory"
+    if find(err, "not enough memory", 1, true) then kind = "memory"
     elseif find(err, "json.decode: ", 1, true) then kind = "json" end
   else
     local mt = dgetmetatable(err)
@@ -507,41 +579,78 @@ local function classify(co, state, err)
   return "error", kind, msg, loc, fn, tb
 end
 
-local function settle(id, co, state, ok, ...)
-  setcap(false)
-  if costatus(co) == "suspended" then
-    if ... == HTTP then
-      pending[id] = {co, state}
-      return "yield", id, select(2, ...)
+local function job_loop(fn, ...)
+  return job_loop(coyield(DONE, fn(...)))
+end
+
+local function new_worker()
+  local w = {co = cocreate(job_loop), used = 0, budget = 0, step = 0, soft = 0, exceeded = false}
+  local co = w.co
+  local function again() error("instruction budget exceeded", 2) end
+  w.hook = function()
+    local used = w.used + w.step
+    w.used = used
+    if used >= w.budget then
+      w.exceeded = true
+      sethook(co, again, "", 1)
+      error("instruction budget exceeded", 2)
+    end
+    if w.soft > 0 and gc("count") > w.soft then
+      gc("collect")
+      if gc("count") > w.soft then error("not enough memory", 2) end
+    end
+  end
+  return w
+end
+
+-- Results go back inline when they are all scalars; otherwise they are parked
+-- in `stash` and fetched by the host after it restored its memory headroom.
+local function finish(id, ...)
+  local n = select("#", ...)
+  for i = 1, n do
+    local tv = type((select(i, ...)))
+    if tv == "table" or tv == "function" or tv == "userdata" or tv == "thread" then
+      stash[-id] = table.pack(...)
+      return "box", -id
+    end
+  end
+  return "ok", n, ...
+end
+
+local function settle(id, w, ok, tag, ...)
+  if ok then
+    if tag == DONE then
+      if nidle < MAX_IDLE then nidle = nidle + 1; idle[nidle] = w end
+      if w.scalars then return "ok", select("#", ...), ... end
+      return finish(id, ...)
+    elseif tag == HTTP then
+      pending[id] = w
+      return "yield", id, ...
     end
     return "error", "runtime", "coroutine.yield is not available in the sandbox", "", "", ""
   end
-  pending[id] = nil
-  if ok then return "ok", select("#", ...), ... end
-  return classify(co, state, (...))
+  return classify(w, tag)
 end
 
-local function start(budget, fn, ...)
-  next_id = next_id + 1
-  local id = next_id
-  local co = cocreate(fn)
-  local state = {exceeded = false, budget = budget}
-  local function again() error("instruction budget exceeded", 2) end
-  local function hook()
-    state.exceeded = true
-    sethook(co, again, "", 1)
-    error("instruction budget exceeded", 2)
+local function start(budget, soft_kb, scalars, fn, ...)
+  local w
+  if nidle > 0 then
+    w = idle[nidle]; idle[nidle] = nil; nidle = nidle - 1
+  else
+    w = new_worker()
   end
-  sethook(co, hook, "", budget)
-  setcap(true)
-  return settle(id, co, state, coresume(co, ...))
+  local step = budget < 100000 and budget or 100000
+  w.used, w.budget, w.step, w.soft, w.exceeded, w.scalars = 0, budget, step, soft_kb, false, scalars
+  sethook(w.co, w.hook, "", step)
+  next_id = next_id + 1
+  return settle(next_id, w, coresume(w.co, fn, ...))
 end
 
 local function resume(id, ...)
-  local p = pending[id]
-  if not p then return "error", "runtime", "internal: unknown coroutine", "", "", "" end
-  setcap(true)
-  return settle(id, p[1], p[2], coresume(p[1], ...))
+  local w = pending[id]
+  if not w then return "error", "runtime", "internal: unknown coroutine", "", "", "" end
+  pending[id] = nil
+  return settle(id, w, coresume(w.co, ...))
 end
 
 local function abandon(id)
@@ -562,6 +671,9 @@ local function flatten(root)
     if type(v) == "table" then
       local kind = jsontype(v)
       if kind == "null" then nt = nt + 1; types[nt] = "z"; return end
+      if kind == "raw" then return walk(decode_impl(rawget(v, 1)), depth) end
+      local lmt = dgetmetatable(v)
+      if lmt and rawget(lmt, "__lazy") then for k in next, rawget(lmt, "__lazy") do local _ = v[k] end end
       if seen[v] then error("cannot convert a table that contains itself", 0) end
       if depth > 200 then error("table nested too deep", 0) end
       seen[v] = true
@@ -597,16 +709,16 @@ end
 local function memory_kb() return gc("count") end
 local function collect() gc("collect") end
 
-local stash = {}
 local function take(id)
   local box = stash[id]
   if not box then return 0 end
+  stash[id] = nil
   return box.n, unpack(box, 1, box.n)
 end
 
 return {
   json = json, new_env = new_env, compile = compile, start = start, resume = resume, abandon = abandon,
-  flatten = flatten, memory_kb = memory_kb, collect = collect, fix_utf8 = fix_utf8, stash = stash, take = take,
+  flatten = flatten, lazy_object = lazy_object, memory_kb = memory_kb, collect = collect, fix_utf8 = fix_utf8, stash = stash, take = take,
   encode = encode_impl, decode = decode_impl, where = where, null = null, describe = describe,
   is_array = function(t) return jsontype(t) == "array" end,
 }
@@ -654,6 +766,7 @@ class LuaSandbox:
         self.max_memory = int(max_memory)
         self.instruction_budget = int(instruction_budget)
         self.http_policy = http or HttpPolicy()
+        self._soft_kb = int(self.max_memory * 0.9 / 1024)
         self._http_client = http_client
         self._own_http_client: httpx.AsyncClient | None = None
         self._sync_client: httpx.Client | None = None
@@ -666,8 +779,7 @@ class LuaSandbox:
             attribute_filter=_deny_attributes,
             max_memory=self.max_memory + _HEADROOM,
         )
-        self._tight = False
-        self._depth = 0
+        self._depth = 0  # Lua executions in progress (nested through host callbacks)
         me = weakref.ref(self)  # the Lua state must not keep the sandbox alive (lupa cannot see that cycle)
 
         def lua_log(level: str, message: str) -> None:
@@ -675,13 +787,8 @@ class LuaSandbox:
             if sandbox is not None:
                 sandbox._lua_log(level, message)
 
-        def setcap(tight: bool) -> None:
-            sandbox = me()
-            if sandbox is not None:
-                sandbox._setcap(tight)
-
         loader = self._rt.execute("return function(src, name) return load(src, name, 't', _ENV) end")
-        api = loader(_PRELUDE, "=homeagent/lua/prelude")(lua_log, setcap)
+        api = loader(_PRELUDE, "=homeagent/lua/prelude")(lua_log)
         self._api = api
         self._start = api["start"]
         self._resume = api["resume"]
@@ -691,7 +798,6 @@ class LuaSandbox:
         self._new_env = api["new_env"]
         self._decode = api["decode"]
         self._encode = api["encode"]
-        self._memory_kb = api["memory_kb"]
         self._collect = api["collect"]
         self._table_type = lua54.lua_type
         self._take = api["take"]
@@ -700,19 +806,14 @@ class LuaSandbox:
         self._wrap_factory = wrap(_WRAP)
 
     # ----------------------------------------------------------------- internals
-    def _setcap(self, tight: bool) -> None:
-        """Called from the prelude: the sandbox cap applies only while sandboxed code runs."""
-        self._depth = self._depth + 1 if tight else max(0, self._depth - 1)
-        self._apply_cap()
+    # Memory discipline: the allocator cap is ``max_memory`` only while sandboxed
+    # code runs, and ``max_memory + headroom`` whenever the host pushes values
+    # (an allocation failure in an unprotected lupa call aborts the process).
+    def _tighten(self) -> None:
+        self._rt.set_max_memory(self.max_memory)
 
-    def _apply_cap(self) -> None:
-        self._tight = self._depth > 0
-        self._rt.set_max_memory(self.max_memory if self._tight else self.max_memory + _HEADROOM)
-
-    def _restore_depth(self, depth: int) -> None:
-        if self._depth != depth:
-            self._depth = depth
-            self._apply_cap()
+    def _loosen(self) -> None:
+        self._rt.set_max_memory(self.max_memory + _HEADROOM)
 
     def _lua_log(self, level: str, message: str) -> None:
         try:
@@ -721,9 +822,9 @@ class LuaSandbox:
         except Exception:  # logging must never raise into Lua
             pass
 
-    def _check_room(self, incoming: int = 0) -> None:
-        """Refuse host pushes that could hit the allocator cap (lupa would abort the process)."""
-        limit = self.max_memory if self._tight else self.max_memory + _HEADROOM
+    def _check_room(self, incoming: int = 0, *, tight: bool = False) -> None:
+        """Refuse pushes that could hit the allocator cap."""
+        limit = self.max_memory if tight else self.max_memory + _HEADROOM
         used = self._rt.get_memory_used()
         if used + incoming + 256 * 1024 < limit:
             return
@@ -735,10 +836,6 @@ class LuaSandbox:
                 chunk=self.name,
             )
 
-    @staticmethod
-    def _arg_size(args: tuple[Any, ...]) -> int:
-        return sum(len(a) * 4 for a in args if isinstance(a, str | bytes))
-
     def _raise(self, res: tuple[Any, ...]) -> None:
         _, kind, message, location, function, tb = res[:6]
         cls = _ERROR_TYPES.get(str(kind), LuaError)
@@ -749,25 +846,41 @@ class LuaSandbox:
             text = f"{message} (at {location}{function or ''})"
         raise cls(text, chunk=self.name, location=location, traceback=str(tb or ""))
 
-    def _step_start(self, budget: int, fn: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _step(self, entry: Any, head: tuple[Any, ...], args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """One run of sandboxed code (start or resume) under the tight cap."""
+        size = 0
+        for a in args:
+            if type(a) is str:
+                size += len(a)
         with self._lock:
-            if self._depth == 0 and self._rt.get_memory_used() > self.max_memory // 2:
-                self._collect()  # garbage left by an earlier call must not eat this call's allowance
-            self._check_room(self._arg_size(args))
-            depth = self._depth
+            rt = self._rt
+            used = rt.get_memory_used()
+            if used + 4 * size + 262144 >= self.max_memory or (self._depth == 0 and used > self.max_memory // 2):
+                self._collect()  # garbage left by earlier calls must not eat this call's allowance
+                self._check_room(4 * size, tight=True)
+            self._depth += 1
+            rt.set_max_memory(self.max_memory)
             try:
-                return tuple(self._start(budget, fn, *args))
+                res = entry(*head, *args)
+            except lua54.LuaMemoryError as exc:
+                raise LuaMemoryExceeded(f"{exc} (Lua state '{self.name}')", chunk=self.name) from None
             finally:
-                self._restore_depth(depth)
+                self._depth -= 1
+                rt.set_max_memory(self.max_memory + _HEADROOM)
+            if type(res) is not tuple:
+                res = (res,)
+            if res[0] == "box":
+                packed = self._take(res[1])
+                packed = packed if type(packed) is tuple else (packed,)
+                count = int(packed[0] or 0)
+                return ("ok", count, *packed[1 : 1 + count])
+            return res
+
+    def _step_start(self, budget: int, fn: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return self._step(self._start, (budget, self._soft_kb, False, fn), args)
 
     def _step_resume(self, handle: int, values: tuple[Any, ...]) -> tuple[Any, ...]:
-        with self._lock:
-            self._check_room(self._arg_size(values))
-            depth = self._depth
-            try:
-                return tuple(self._resume(handle, *values))
-            finally:
-                self._restore_depth(depth)
+        return self._step(self._resume, (handle,), values)
 
     def _outcome(self, res: tuple[Any, ...]) -> tuple[Any, ...]:
         if res[0] == "ok":
@@ -837,17 +950,7 @@ class LuaSandbox:
 
     async def call_async(self, fn: Any, *args: Any, budget: int | None = None) -> tuple[Any, ...]:
         """Like :meth:`call_multi`, but ``http_*`` builtins are awaited without blocking the loop."""
-        res = self._step_start(budget or self.instruction_budget, fn, self._prepare_args(args))
-        while res[0] == "yield":
-            handle = res[1]
-            try:
-                reply = await self._http_async(*res[2:6])
-            except BaseException:
-                with self._lock:
-                    self._abandon(handle)
-                raise
-            res = self._step_resume(handle, reply)
-        return self._outcome(res)
+        return await self.finish_async(self._step_start(budget or self.instruction_budget, fn, self._prepare_args(args)))
 
     def run_raw(self, fn: Any, *args: Any, budget: int | None = None) -> tuple[Any, ...]:
         """Start ``fn`` without converting arguments; returns the raw step tuple (host fast path)."""
@@ -915,6 +1018,9 @@ class LuaSandbox:
             sandbox = me()
             if sandbox is None:
                 return (False, "the Lua sandbox is closed")
+            running = sandbox._depth > 0
+            if running:
+                sandbox._loosen()  # host work may push values; Lua itself is paused meanwhile
             try:
                 with sandbox._lock:
                     packed = sandbox._take(box_id)
@@ -925,6 +1031,9 @@ class LuaSandbox:
                 return (True, sandbox.to_lua(result))
             except Exception as exc:
                 return (False, str(exc) or type(exc).__name__)
+            finally:
+                if running:
+                    sandbox._tighten()
 
         with self._lock:
             return self._wrap_factory(trampoline, name, self._stash)
@@ -972,7 +1081,7 @@ class LuaSandbox:
         problem = self._http_checks(method, url, body)
         if problem:
             return (None, problem)
-        hdrs = self.to_python(headers) or {}
+        hdrs = _headers_from(headers)
         if self._sync_client is None:
             self._sync_client = httpx.Client(timeout=self.http_policy.timeout)
         try:
@@ -988,7 +1097,7 @@ class LuaSandbox:
         problem = self._http_checks(method, url, body)
         if problem:
             return (None, problem)
-        hdrs = self.to_python(headers) or {}
+        hdrs = _headers_from(headers)
         client = self._http_client
         if client is None:
             if self._own_http_client is None:
@@ -1007,6 +1116,14 @@ class LuaSandbox:
             return (None, f"timed out after {self.http_policy.timeout}s")
         except httpx.HTTPError as exc:
             return (None, f"{type(exc).__name__}: {exc}")
+
+
+def _headers_from(text: Any) -> dict[str, str]:
+    try:
+        value = json.loads(text) if isinstance(text, str) and text else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 class _TooLarge(Exception):

@@ -10,6 +10,7 @@ offending function is defined.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -30,6 +31,8 @@ __all__ = [
     "ParsedChunk",
     "ParsedResponse",
     "RequestContext",
+    "RequestJSON",
+    "request_parts",
 ]
 
 BUILTIN_DIR = Path(__file__).parent / "adapters"
@@ -173,8 +176,10 @@ local function args_text(fname, v)
   bad(fname, "returned tool call arguments as a " .. type(v) .. ", expected a string or table")
 end
 
-function H.request(req_json, ctx)
-  local req = decode(req_json)
+function H.request(req_json, messages_json, tools_json, ctx)
+  local pending = {messages = messages_json}
+  if tools_json ~= "" then pending.tools = tools_json end
+  local req = api.lazy_object(decode(req_json), pending)
   local body = A.transform_request(req, ctx)
   if type(body) == "string" then return body end
   if type(body) ~= "table" then bad("transform_request", "returned a " .. type(body) .. ", expected a table or a JSON string") end
@@ -339,14 +344,19 @@ class Adapter:
         return AdapterError(f"adapter '{self.name}': {message}", path=str(self.path), location=exc.location, kind=kind)
 
     async def _run(self, fn: Any, *args: Any, size: int = 0) -> tuple[Any, ...]:
-        budget = self._budget + 60 * size
+        sb = self.sandbox
+        head = (self._budget + 60 * size, sb._soft_kb, True, fn)  # the harness returns scalars only
         try:
-            res = self.sandbox.run_raw(fn, *args, budget=budget)
+            if sb._lock.acquire(blocking=False):
+                try:
+                    res = sb._step(sb._start, head, args)
+                finally:
+                    sb._lock.release()
+            else:  # a worker thread is transforming a huge request: never wait for it on the loop
+                res = await asyncio.to_thread(sb._step, sb._start, head, args)
             if res[0] == "ok":
-                count = int(res[1])
-                values = tuple(res[2 : 2 + count])
-                return values + (None,) * (count - len(values))
-            return await self.sandbox.finish_async(res)
+                return res[2:]  # the harness returns scalars only
+            return await sb.finish_async(res)
         except LuaError as exc:
             raise self._fail(exc) from None
 
@@ -364,15 +374,16 @@ class Adapter:
         values = await self._run(self._h_headers, api_key, lua_ctx)
         return {str(values[i]): str(values[i + 1]) for i in range(0, len(values) - 1, 2) if values[i] is not None}
 
-    async def build_request(self, request_json: str, lua_ctx: Any) -> str:
-        (body,) = (await self._run(self._h_request, request_json, lua_ctx, size=len(request_json)))[:1]
-        return str(body)
+    async def build_request(self, parts: RequestJSON, lua_ctx: Any) -> str:
+        """The body text for one request (``parts`` from :func:`request_parts`)."""
+        res = await self._run(self._h_request, parts.rest, parts.messages, parts.tools, lua_ctx, size=parts.size)
+        return str(res[0])
 
-    def build_request_sync(self, request_json: str, lua_ctx: Any) -> str:
+    def build_request_sync(self, parts: RequestJSON, lua_ctx: Any) -> str:
         """For worker threads: same as :meth:`build_request`, ``http_*`` builtins block."""
         try:
-            res = self.sandbox.call_multi(self._h_request, request_json, lua_ctx,
-                                          budget=self._budget + 60 * len(request_json))
+            res = self.sandbox.call_multi(self._h_request, parts.rest, parts.messages, parts.tools, lua_ctx,
+                                          budget=self._budget + 60 * parts.size)
         except LuaError as exc:
             raise self._fail(exc) from None
         return str(res[0])
@@ -603,5 +614,25 @@ def _check_shape(sandbox: LuaSandbox, table: Any, chunk: str, path: Path) -> Non
             raise AdapterError(f"{chunk}: field '{key}' {missing}, expected a {want}", path=str(path))
 
 
-def request_json(request: dict[str, Any]) -> str:
-    return json.dumps(request, ensure_ascii=False, separators=(",", ":"))
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)  # stateless
+
+
+@dataclass(frozen=True)
+class RequestJSON:
+    """The unified request as JSON text, messages and tools apart (they decode lazily in Lua)."""
+
+    rest: str
+    messages: str
+    tools: str
+
+    @property
+    def size(self) -> int:
+        return len(self.rest) + len(self.messages) + len(self.tools)
+
+
+def request_parts(request: dict[str, Any]) -> RequestJSON:
+    """Serialise a unified request; raises TypeError/ValueError for values JSON cannot hold."""
+    dumps = _ENCODER.encode
+    rest = {k: v for k, v in request.items() if k not in ("messages", "tools")}
+    tools = request.get("tools")
+    return RequestJSON(dumps(rest), dumps(request.get("messages") or []), dumps(tools) if tools else "")

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from homeagent.providers.adapter_loader import Adapter, AdapterError, ParsedChunk, RequestContext
+from homeagent.providers.adapter_loader import Adapter, AdapterError, ParsedChunk, RequestContext, request_parts
 from homeagent.providers.base import (
     ChatRequest,
     ChatResponse,
@@ -145,7 +145,7 @@ class LuaAdaptedProvider:
         adapter = self.current_adapter()
         unified, thinking = self._unified(request, stream)
         try:
-            text = json.dumps(unified, ensure_ascii=False, separators=(",", ":"))
+            parts = request_parts(unified)
         except (TypeError, ValueError) as exc:
             raise self._err(f"request is not JSON-serialisable: {exc}", "client") from None
         ctx = RequestContext(model=str(unified["model"]), stream=stream, thinking=thinking,
@@ -154,10 +154,10 @@ class LuaAdaptedProvider:
             lua_ctx = adapter.context(ctx)
             endpoint = await adapter.endpoint(lua_ctx)
             headers = await adapter.headers(self._api_key, lua_ctx)
-            if len(text) > OFFLOAD_BYTES:
-                body = await asyncio.to_thread(adapter.build_request_sync, text, lua_ctx)
+            if parts.size > OFFLOAD_BYTES:
+                body = await asyncio.to_thread(adapter.build_request_sync, parts, lua_ctx)
             else:
-                body = await adapter.build_request(text, lua_ctx)
+                body = await adapter.build_request(parts, lua_ctx)
         except AdapterError as exc:
             raise self._err(str(exc), exc.kind) from None
         headers.setdefault("Content-Type", "application/json")

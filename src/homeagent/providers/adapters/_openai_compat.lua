@@ -54,16 +54,41 @@ end
 -- opts.max_tokens_field: "max_tokens" (default) or "max_completion_tokens"
 -- opts.extra:          merge req.extra into the body (default true)
 -- opts.drop_extra:     keys of req.extra never to forward
+-- The request's messages, stripped of the named fields. While they are still
+-- undecoded JSON text and mention none of those fields, they pass through as
+-- text (json.raw) and are never decoded: the cheap path for big histories.
+function M.messages(req, strip)
+  local text = json.pending(req, "messages")
+  if text then
+    local clean = true
+    for k in pairs(strip) do
+      if text:find('"' .. k .. '"', 1, true) then clean = false; break end
+    end
+    if clean then return json.raw(text) end
+  end
+  if next(strip) == nil then return req.messages end
+  return M.strip_messages(req.messages, strip)
+end
+
+-- The request's tools, as text when still undecoded.
+function M.tools(req)
+  local text = json.pending(req, "tools")
+  if text then return json.raw(text) end
+  if req.tools and #req.tools > 0 then return req.tools end
+  return nil
+end
+
 function M.request(req, opts)
   opts = opts or {}
   local strip = opts.strip or { reasoning_content = true }
   local body = {
     model = req.model,
-    messages = next(strip) and M.strip_messages(req.messages, strip) or req.messages,
+    messages = M.messages(req, strip),
     stream = req.stream and true or false,
   }
-  if req.tools and #req.tools > 0 then
-    body.tools = req.tools
+  local tools = M.tools(req)
+  if tools then
+    body.tools = tools
     if req.tool_choice ~= nil then body.tool_choice = req.tool_choice end
   end
   if req.temperature ~= nil then body.temperature = req.temperature end

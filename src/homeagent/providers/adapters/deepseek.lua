@@ -12,21 +12,24 @@ return {
   end,
 
   transform_request = function(req)
-    local messages = req.messages
     -- reasoning_content is sent back only inside the current tool loop (after the last
     -- user message) and only when thinking is on; DeepSeek rejects or ignores it elsewhere.
-    local last_user = compat.last_user_index(messages)
-    local out = json.array()
-    for i, m in ipairs(messages) do
-      if m.reasoning_content ~= nil and not (req.thinking and i > last_user and m.tool_calls) then
-        local c = {}
-        for k, v in pairs(m) do if k ~= "reasoning_content" then c[k] = v end end
-        out[i] = c
-      else
-        out[i] = m
+    local text = json.pending(req, "messages")
+    if not (text and not text:find('"reasoning_content"', 1, true)) then
+      local messages = req.messages
+      local last_user = compat.last_user_index(messages)
+      local out = json.array()
+      for i, m in ipairs(messages) do
+        if m.reasoning_content ~= nil and not (req.thinking and i > last_user and m.tool_calls) then
+          local c = {}
+          for k, v in pairs(m) do if k ~= "reasoning_content" then c[k] = v end end
+          out[i] = c
+        else
+          out[i] = m
+        end
       end
+      req.messages = out
     end
-    req.messages = out
     local body = compat.request(req, { stream_usage = true, strip = {} })
     if req.thinking then body.thinking = { type = "enabled" } end
     return body

@@ -1,0 +1,959 @@
+"""The plugin registry: finds, loads, starts, stops and reloads every plugin.
+
+How it is organised, and why:
+
+* Built-in plugins are factories registered exactly like external Python
+  plugins (``factory(name, config) -> Plugin``), in the spirit of simonw/llm:
+  the host's own plugins use the public path. Packages installed with pip can
+  add theirs under the ``homeagent.plugins`` entry-point group.
+* ``plugins/<name>/plugin.json`` is dispatched on its ``entry``: ``main.lua``
+  → Lua, ``SKILL.md`` → skill, ``module:factory`` or ``*.py`` → in-process
+  Python, anything else → subprocess. Each kind has a loader; another kind (or
+  a better subprocess host) is added with :meth:`register_kind`. A folder with
+  only a ``SKILL.md`` is a skill too (skills from ClawHub have no plugin.json).
+* Loading is two steps: *prepare* (parse, import, run main.lua — concurrent,
+  off the loop) and *start* (register tools, stages, … — one plugin at a
+  time, in name order, so that which of two plugins wins a contested tool
+  name is deterministic). A plugin that fails either step is reported with
+  its error and skipped; the others load.
+* Everything a plugin registers goes through its own :class:`HostSDK`, which
+  records it; unloading closes that SDK first (tools, stage handlers,
+  channels, cleaners disappear), then calls ``stop``.
+* Enable/disable is persisted in ``disabled_plugins`` and applied at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import concurrent.futures
+import contextlib
+import difflib
+import importlib
+import importlib.metadata
+import importlib.util
+import inspect
+import itertools
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING, Any
+
+from homeagent.config.settings import PluginSettings
+from homeagent.plugins.manifest import MANIFEST_NAME, NAME_RE, Manifest, ManifestError
+from homeagent.plugins.package import (
+    INSTALL_RECORD,
+    PackageError,
+    download_package,
+    extract_package,
+    inspect_package,
+    remove_plugin_dir,
+)
+from homeagent.plugins.services import HostSDK, PluginServices
+from homeagent.plugins.skills import DEFAULT_BUDGET, SkillCatalog, SkillPlugin, find_skill_file, parse_skill
+from homeagent.plugins.skills import OWNER as SKILLS_OWNER
+from homeagent.sdk.api import Plugin, PluginFactory
+from homeagent.sdk.types import ConfigDef
+
+if TYPE_CHECKING:
+    from homeagent.plugins.lua_plugin import LuaLimits
+
+__all__ = [
+    "BUILTIN_PLUGINS",
+    "RESERVED_NAMES",
+    "KindLoader",
+    "PluginError",
+    "PluginRecord",
+    "PluginRegistry",
+    "PluginSource",
+    "register_rpc",
+    "scan_plugins_dir",
+]
+
+log = logging.getLogger("homeagent.plugins")
+
+BUILTIN_PLUGINS: Mapping[str, str] = MappingProxyType(
+    {
+        "pluginmgr": "homeagent.builtin.pluginmgr:create_plugin",
+    }
+)
+"""Built-in plugins by name → ``module:factory``. Add a line here for each new built-in."""
+
+ENTRY_POINT_GROUP = "homeagent.plugins"
+RESERVED_NAMES = frozenset({"core", "cli", "skills", "memory", "offline"})
+"""Names the core itself uses as tool owners; a plugin folder may not take them."""
+
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+PREPARE_CONCURRENCY = 8
+
+
+class PluginError(Exception):
+    """An operation on the registry that cannot be done (unknown plugin, built-in removal, …)."""
+
+
+@dataclass
+class PluginSource:
+    """What a kind loader gets: where the plugin is and what it declared."""
+
+    name: str
+    kind: str
+    folder: Path | None
+    manifest: Manifest | None
+    services: PluginServices
+    settings: Any  # PluginSettings of this plugin
+    config: dict[str, Any] = field(default_factory=dict)
+    generation: int = 0
+
+
+KindLoader = Callable[[PluginSource], Awaitable[Plugin] | Plugin]
+"""Turns a source into a Plugin ready for ``start`` (may be async; runs before start)."""
+
+
+@dataclass
+class PluginRecord:
+    """What the registry knows about one plugin, loaded or not."""
+
+    name: str
+    kind: str
+    builtin: bool = False
+    folder: Path | None = None
+    manifest: Manifest | None = None
+    factory: PluginFactory | str | None = None
+    state: str = "stopped"  # running | failed | disabled | stopped | ineligible
+    error: str = ""
+    warnings: list[str] = field(default_factory=list)
+    plugin: Plugin | None = None
+    sdk: HostSDK | None = None
+    load_ms: float = 0.0
+    started_at: float = 0.0
+    modules: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.manifest
+        sdk = self.sdk
+        plugin = self.plugin
+        out: dict[str, Any] = {
+            "name": self.name,
+            "kind": self.kind,
+            "builtin": self.builtin,
+            "version": m.version if m else "",
+            "description": m.description if m else "",
+            "author": m.author if m else "",
+            "license": m.license if m else "",
+            "entry": m.entry if m else "",
+            "capabilities": list(m.capabilities) if m else [],
+            "tags": list(m.tags) if m else [],
+            "path": str(self.folder) if self.folder else "",
+            "state": self.state,
+            "error": self.error,
+            "warnings": list(self.warnings),
+            "tools": sdk.registrations("tool") if sdk else [],
+            "stages": sdk.registrations("stage") if sdk else [],
+            "channels": sdk.registrations("channel") if sdk else [],
+            "cleaners": sdk.registrations("cleaner") if sdk else [],
+            "load_ms": round(self.load_ms, 2),
+        }
+        if isinstance(plugin, SkillPlugin):
+            skill = plugin.skill
+            out["tools"] = ["skill_read", "skill_file"] if skill.eligible else []
+            out["skill"] = skill.summary()
+            if not out["description"]:
+                out["description"] = skill.description
+        health = getattr(plugin, "health", None)
+        if callable(health):  # e.g. subprocess plugins: pid, restarts, and a state of their own
+            try:
+                details = health()
+            except Exception as e:
+                details = {"error": f"health() failed: {e}"}
+            if isinstance(details, dict):
+                out["health"] = details
+                live = details.get("state")
+                if self.state == "running" and live in ("restarting", "failed", "stopped"):
+                    out["state"] = str(live)
+                    out["error"] = str(details.get("error") or "")
+        if getattr(plugin, "kind", "") == "lua":
+            out["lua"] = {"calls": getattr(plugin, "calls", 0), "errors": getattr(plugin, "errors", 0)}
+        return out
+
+
+# ---------------------------------------------------------------- discovery
+
+
+@dataclass
+class _Found:
+    name: str
+    folder: Path
+    manifest: Manifest | None
+    error: str = ""
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.manifest.kind if self.manifest else "unknown"
+
+
+def _skill_manifest(folder: Path, skill_file: Path) -> Manifest:
+    return Manifest(name=folder.name, version="0.0.0", entry=skill_file.name)
+
+
+def _inspect_folder(folder: Path) -> _Found:
+    name = folder.name
+    manifest_path = folder / MANIFEST_NAME
+    if not manifest_path.is_file():
+        skill_file = find_skill_file(folder)
+        if skill_file is not None:
+            return _Found(name, folder, _skill_manifest(folder, skill_file))
+        return _Found(name, folder, None, f"no {MANIFEST_NAME} (and no SKILL.md) in {folder}")
+    try:
+        manifest = Manifest.load(manifest_path)
+    except ManifestError as e:
+        return _Found(name, folder, None, str(e))
+    warnings = []
+    if manifest.name != name:
+        warnings.append(f"plugin.json names it {manifest.name!r} but its folder is {name!r}; using {name!r}")
+    if manifest.deprecated:
+        warnings.append("the plugin is marked deprecated")
+    return _Found(name, folder, manifest, warnings=warnings)
+
+
+def _discover(plugins_dir: Path) -> list[_Found]:
+    if not plugins_dir.is_dir():
+        return []
+    found = []
+    for folder in sorted(plugins_dir.iterdir()):
+        if folder.name.startswith((".", "_")) or not folder.is_dir():
+            continue
+        found.append(_inspect_folder(folder))
+    return found
+
+
+def scan_plugins_dir(
+    plugins_dir: Path,
+    *,
+    disabled: frozenset[str] | set[str] = frozenset(),
+    builtins: Iterable[str] = BUILTIN_PLUGINS,
+) -> list[dict[str, Any]]:
+    """What is installed in ``plugins_dir``, without running anything (CLI without a daemon)."""
+    out: list[dict[str, Any]] = []
+    for name in sorted(set(builtins)):
+        out.append(
+            {
+                "name": name,
+                "kind": "builtin",
+                "builtin": True,
+                "version": "",
+                "description": "built-in plugin",
+                "state": "disabled" if name in disabled else "not running",
+                "error": "",
+                "path": "",
+                "tools": [],
+                "stages": [],
+                "channels": [],
+                "warnings": [],
+            }
+        )
+    for f in _discover(plugins_dir):
+        m = f.manifest
+        state = "disabled" if f.name in disabled else ("invalid" if f.error else "not running")
+        item: dict[str, Any] = {
+            "name": f.name,
+            "kind": f.kind,
+            "builtin": False,
+            "version": m.version if m else "",
+            "description": m.description if m else "",
+            "entry": m.entry if m else "",
+            "author": m.author if m else "",
+            "license": m.license if m else "",
+            "capabilities": list(m.capabilities) if m else [],
+            "tags": list(m.tags) if m else [],
+            "state": state,
+            "error": f.error,
+            "path": str(f.folder),
+            "tools": [],
+            "stages": [],
+            "channels": [],
+            "warnings": f.warnings,
+        }
+        if m is not None and m.kind == "skill":
+            try:
+                skill = parse_skill(f.folder)
+                item["skill"] = skill.summary()
+                item["description"] = item["description"] or skill.description
+                item["warnings"] = [*f.warnings, *skill.warnings]
+            except ValueError as e:
+                item["state"], item["error"] = "invalid", str(e)
+        record = f.folder / INSTALL_RECORD
+        if record.is_file():
+            try:
+                item["install"] = json.loads(record.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                pass
+        out.append(item)
+    return out
+
+
+@dataclass
+class _Src:
+    name: str
+    builtin: bool
+    factory: PluginFactory | str | None = None
+    found: _Found | None = None
+
+
+# ---------------------------------------------------------------- the registry
+
+
+async def _maybe_await(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, TimeoutError):
+        return text if str(exc) else "timed out"
+    if isinstance(exc, ValueError | PluginError | ManifestError | PackageError):
+        return text
+    return f"{type(exc).__name__}: {text}"
+
+
+class PluginRegistry:
+    """Every plugin of the daemon; the only object daemon.py talks to about plugins."""
+
+    def __init__(
+        self,
+        services: PluginServices,
+        plugins_dir: Path,
+        *,
+        builtins: Mapping[str, PluginFactory | str] | None = None,
+        entry_points: bool = True,
+        lua_limits: LuaLimits | None = None,
+        start_timeout: float = START_TIMEOUT,
+        lua_workers: int = 4,
+    ) -> None:
+        self.services = services
+        self.plugins_dir = Path(plugins_dir)
+        self.start_timeout = start_timeout
+        self.lua_limits = lua_limits
+        self._factories: dict[str, PluginFactory | str] = dict(BUILTIN_PLUGINS if builtins is None else builtins)
+        self._use_entry_points = entry_points
+        self._kinds: dict[str, KindLoader] = {
+            "lua": self._load_lua,
+            "skill": self._load_skill,
+            "python": self._load_python,
+            "process": self._no_process_host,
+        }
+        self._records: dict[str, PluginRecord] = {}
+        self._conflicts: dict[str, str] = {}
+        self._lock = asyncio.Lock()
+        self._generation = itertools.count(1)
+        self._lua_pool = concurrent.futures.ThreadPoolExecutor(max_workers=lua_workers, thread_name_prefix="lua-plugin")
+        self.skills = SkillCatalog(
+            services.tools, services.prompt, base_dir=services.data_dir, budget=self._skills_budget
+        )
+        try:
+            services.config.register_def(
+                ConfigDef(
+                    key="prompt_budget",
+                    default=DEFAULT_BUDGET,
+                    type="int",
+                    display_name="Skills prompt budget",
+                    description="Most characters the skills list may take in the system prompt.",
+                    category="plugins",
+                    min=500,
+                    max=200_000,
+                ),
+                plugin=SKILLS_OWNER,
+            )
+        except Exception:
+            log.exception("cannot register the skills settings")
+
+    # -- extension points -------------------------------------------------------
+
+    def register_factory(self, name: str, factory: PluginFactory | str) -> None:
+        """Add a built-in plugin (``factory`` or ``"module:factory"``); takes effect at the next load."""
+        if not NAME_RE.match(name):
+            raise ValueError(f"invalid plugin name {name!r}")
+        self._factories[name] = factory
+
+    def register_kind(self, kind: str, loader: KindLoader) -> None:
+        """Load plugins of ``kind`` (lua, skill, python, process, …) with ``loader``.
+
+        The subprocess host registers itself here as ``"process"``.
+        """
+        self._kinds[kind] = loader
+
+    def _skills_budget(self) -> int:
+        try:
+            return int(self.services.config.get_plugin(SKILLS_OWNER, "prompt_budget", DEFAULT_BUDGET))
+        except (TypeError, ValueError):
+            return DEFAULT_BUDGET
+
+    # -- queries ----------------------------------------------------------------
+
+    def list(self) -> list[dict[str, Any]]:
+        out = [r.to_dict() for r in sorted(self._records.values(), key=lambda r: (not r.builtin, r.name))]
+        for name, error in sorted(self._conflicts.items()):
+            out.append(
+                {
+                    "name": f"{name} (folder)",
+                    "kind": "unknown",
+                    "builtin": False,
+                    "state": "failed",
+                    "error": error,
+                    "version": "",
+                    "tools": [],
+                    "stages": [],
+                    "channels": [],
+                    "warnings": [],
+                }
+            )
+        return out
+
+    def info(self, name: str) -> dict[str, Any]:
+        record = self._records.get(name)
+        if record is None:
+            raise PluginError(self._unknown(name))
+        out = record.to_dict()
+        out["disabled"] = self.services.config.is_disabled(name)
+        if record.folder is not None and (record.folder / INSTALL_RECORD).is_file():
+            try:
+                out["install"] = json.loads((record.folder / INSTALL_RECORD).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                pass
+        return out
+
+    def get(self, name: str) -> PluginRecord | None:
+        return self._records.get(name)
+
+    def running(self) -> builtins.list[str]:
+        return sorted(n for n, r in self._records.items() if r.state in ("running", "ineligible"))
+
+    def _unknown(self, name: str) -> str:
+        close = difflib.get_close_matches(name, builtins.list(self._records), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        return f"no plugin named {name!r}{hint}"
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    async def load_all(self) -> dict[str, Any]:
+        """Discover and start every enabled plugin; returns counts by state."""
+        async with self._lock:
+            sources = await self._collect()
+            await self._load_many(sources)
+            return self._summary()
+
+    async def reload_all(self) -> dict[str, Any]:
+        """Reload every plugin from the plugins folder (new ones start, removed ones stop); built-ins stay."""
+        async with self._lock:
+            for record in [r for r in self._records.values() if not r.builtin]:
+                await self._unload(record)
+                del self._records[record.name]
+            sources = [s for s in await self._collect() if not s.builtin]
+            await self._load_many(sources)
+            return self._summary()
+
+    async def reload_one(self, name: str) -> dict[str, Any]:
+        """Stop ``name`` (everything it registered is removed first), read it again from disk, start it."""
+        async with self._lock:
+            record = self._records.get(name)
+            if record is None and not (self.plugins_dir / name).is_dir():
+                raise PluginError(self._unknown(name))
+            if record is not None:
+                await self._unload(record)
+                del self._records[name]
+            source = await self._source_for(name)
+            if source is None:
+                raise PluginError(f"plugin {name!r} is no longer installed")
+            await self._load_many([source])
+            return self._records[name].to_dict()
+
+    async def stop_all(self) -> None:
+        """Stop every plugin, newest first; then release the Lua workers."""
+        async with self._lock:
+            for record in sorted(self._records.values(), key=lambda r: r.started_at, reverse=True):
+                await self._unload(record)
+            self.skills.close()
+        self._lua_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def enable(self, name: str) -> dict[str, Any]:
+        self.services.config.enable_plugin(name)
+        async with self._lock:
+            record = self._records.get(name)
+            if record is not None and record.state in ("running", "ineligible"):
+                return record.to_dict()
+            if record is not None:
+                del self._records[name]
+            source = await self._source_for(name)
+            if source is None:
+                raise PluginError(self._unknown(name))
+            await self._load_many([source])
+            return self._records[name].to_dict()
+
+    async def disable(self, name: str, *, by: str = "") -> dict[str, Any]:
+        async with self._lock:
+            record = self._records.get(name)
+            if record is None and await self._source_for(name) is None:
+                raise PluginError(self._unknown(name))
+            self.services.config.disable_plugin(name, by)
+            if record is not None:
+                await self._unload(record)
+                record.state, record.error = "disabled", ""
+                return record.to_dict()
+            return {"name": name, "state": "disabled"}
+
+    # -- install / remove -----------------------------------------------------------
+
+    async def install(self, source: str, *, upgrade: bool = False) -> dict[str, Any]:
+        """Install a ``.hmap`` from a path or http(s) URL and start it; see package.py for the checks."""
+        downloaded: Path | None = None
+        try:
+            if source.startswith(("http://", "https://")):
+                downloaded = await download_package(source, self.plugins_dir / ".downloads")
+                path = downloaded
+            else:
+                path = _user_path(source)
+            info = await asyncio.to_thread(inspect_package, path, host_version=self.services.version)
+            name = info.manifest.name
+            if name in self._factories or name in RESERVED_NAMES:
+                raise PackageError(f"{name!r} is the name of a built-in plugin; choose another name")
+            async with self._lock:
+                target = self.plugins_dir / name
+                existed = target.exists()
+                if existed and not upgrade:
+                    raise PackageError(f"plugin {name!r} is already installed; use --upgrade to replace it")
+                old = self._records.pop(name, None)
+                if old is not None:
+                    await self._unload(old)
+                try:
+                    await asyncio.to_thread(extract_package, info, self.plugins_dir, upgrade=upgrade, source=source)
+                finally:
+                    loaded = await self._source_for(name)
+                    if loaded is not None:
+                        await self._load_many([loaded])
+                record = self._records.get(name)
+        finally:
+            if downloaded is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(downloaded)
+        result: dict[str, Any] = {
+            "status": "upgraded" if existed else "installed",
+            **info.to_dict(),
+            "path": str(self.plugins_dir / name),
+        }
+        if record is not None:
+            result["state"] = record.state
+            result["error"] = record.error
+        return result
+
+    async def remove(self, name: str) -> dict[str, Any]:
+        async with self._lock:
+            record = self._records.get(name)
+            if name in self._factories or (record is not None and record.builtin):
+                raise PluginError(f"{name!r} is a built-in plugin and cannot be removed; disable it instead")
+            if record is not None:
+                await self._unload(record)
+                del self._records[name]
+            try:
+                path = await asyncio.to_thread(remove_plugin_dir, self.plugins_dir, name)
+            except PackageError as e:
+                raise PluginError(str(e)) from None
+            if self.services.config.is_disabled(name):
+                self.services.config.enable_plugin(name)
+            return {"status": "removed", "name": name, "path": str(path)}
+
+    # -- internals: sources ----------------------------------------------------------
+
+    async def _collect(self) -> builtins.list[_Src]:
+        self._conflicts.clear()
+        sources: builtins.list[_Src] = [_Src(n, True, f) for n, f in sorted(self._factories.items())]
+        if self._use_entry_points:
+            for ep in self._entry_points():
+                if ep.name in self._factories:
+                    continue
+                sources.append(_Src(ep.name, True, ep.value))
+        names = {s.name for s in sources}
+        for found in await asyncio.to_thread(_discover, self.plugins_dir):
+            if found.name in names:
+                self._conflicts[found.name] = (
+                    f"folder {found.folder} is ignored: a built-in plugin is already called {found.name!r}"
+                )
+                log.error("plugin folder %s", self._conflicts[found.name])
+                continue
+            sources.append(_Src(found.name, False, found=found))
+        return sources
+
+    @staticmethod
+    def _entry_points() -> builtins.list[importlib.metadata.EntryPoint]:
+        try:
+            return builtins.list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+        except Exception:
+            log.exception("reading %s entry points failed", ENTRY_POINT_GROUP)
+            return []
+
+    async def _source_for(self, name: str) -> _Src | None:
+        if name in self._factories:
+            return _Src(name, True, self._factories[name])
+        folder = self.plugins_dir / name
+        if folder.is_dir():
+            return _Src(name, False, found=await asyncio.to_thread(_inspect_folder, folder))
+        if self._use_entry_points:
+            for ep in self._entry_points():
+                if ep.name == name:
+                    return _Src(name, True, ep.value)
+        return None
+
+    # -- internals: loading ------------------------------------------------------------
+
+    async def _load_many(self, sources: builtins.list[_Src]) -> None:
+        records = [self._record_for(s) for s in sources]
+        for r in records:
+            self._records[r.name] = r
+        pending = [r for r in records if r.state == "stopped"]
+        gate = asyncio.Semaphore(PREPARE_CONCURRENCY)
+
+        async def prepare(record: PluginRecord) -> None:
+            async with gate:
+                await self._prepare(record)
+
+        await asyncio.gather(*(prepare(r) for r in pending))
+        for record in sorted(pending, key=lambda r: (not r.builtin, r.name)):
+            if record.plugin is not None:
+                await self._start(record)
+        for record in records:
+            if record.state == "failed":
+                log.error("plugin %s (%s) failed: %s", record.name, record.kind, record.error)
+            for warning in record.warnings:
+                log.warning("plugin %s: %s", record.name, warning)
+            self.services.events.publish("plugin", {"name": record.name, "state": record.state, "error": record.error})
+
+    def _record_for(self, src: _Src) -> PluginRecord:
+        if src.builtin:
+            record = PluginRecord(src.name, "builtin", builtin=True, factory=src.factory)
+        else:
+            found = src.found
+            assert found is not None
+            record = PluginRecord(
+                src.name, found.kind, folder=found.folder, manifest=found.manifest, warnings=list(found.warnings)
+            )
+            if found.error:
+                record.state, record.error = "failed", found.error
+                return record
+            if src.name in RESERVED_NAMES:
+                record.state, record.error = "failed", f"{src.name!r} is reserved for the core; rename the folder"
+                return record
+            if not NAME_RE.match(src.name):
+                record.state, record.error = (
+                    "failed",
+                    (f"folder name {src.name!r} is not a valid plugin name (letters, digits, '_' or '-')"),
+                )
+                return record
+            assert found.manifest is not None
+            problems = found.manifest.compatibility_problems(self.services.version)
+            if problems:
+                record.state, record.error = "failed", "; ".join(problems)
+                return record
+        if self.services.config.is_disabled(src.name):
+            record.state = "disabled"
+        return record
+
+    async def _prepare(self, record: PluginRecord) -> None:
+        started = time.perf_counter()
+        settings = PluginSettings(self.services.config, record.name, self.services.plugin_data_dir(record.name))
+        try:
+            if record.builtin:
+                plugin = await self._from_factory(record, settings)
+            else:
+                loader = self._kinds.get(record.kind)
+                if loader is None:
+                    raise PluginError(f"no loader for plugins of kind {record.kind!r}")
+                source = PluginSource(
+                    name=record.name,
+                    kind=record.kind,
+                    folder=record.folder,
+                    manifest=record.manifest,
+                    services=self.services,
+                    settings=settings,
+                    config={
+                        "path": str(record.folder),
+                        "manifest": record.manifest.to_dict() if record.manifest else {},
+                    },
+                    generation=next(self._generation),
+                )
+                plugin = await asyncio.wait_for(_maybe_await(loader(source)), self.start_timeout)
+                record.modules = builtins.list(getattr(plugin, "_homeagent_modules", []))
+            self._check_plugin(record, plugin)
+            record.plugin = plugin
+        except Exception as e:
+            record.state, record.error = "failed", _describe(e)
+            log.debug("preparing plugin %s failed", record.name, exc_info=True)
+        finally:
+            record.load_ms = (time.perf_counter() - started) * 1000
+
+    async def _from_factory(self, record: PluginRecord, settings: Any) -> Plugin:
+        factory = record.factory
+        if isinstance(factory, str):
+            factory = await asyncio.to_thread(_resolve_ref, factory)
+        if not callable(factory):
+            raise PluginError(f"built-in {record.name!r}: factory is not callable")
+        return await _maybe_await(factory(record.name, {"registry": self, "services": self.services}))
+
+    @staticmethod
+    def _check_plugin(record: PluginRecord, plugin: Any) -> None:
+        missing = [m for m in ("start", "stop") if not callable(getattr(plugin, m, None))]
+        if missing:
+            raise PluginError(f"the factory returned {type(plugin).__name__}, which has no {'/'.join(missing)}()")
+        pname = getattr(plugin, "name", None)
+        if pname != record.name:
+            record.warnings.append(f"the plugin calls itself {pname!r}; registered as {record.name!r}")
+        for warning in getattr(plugin, "warnings", []) or []:
+            if warning not in record.warnings:
+                record.warnings.append(str(warning))
+
+    async def _start(self, record: PluginRecord) -> None:
+        plugin = record.plugin
+        assert plugin is not None
+        sdk = HostSDK(self.services, record.name, plugin_dir=record.folder)
+        record.sdk = sdk
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(_maybe_await(plugin.start(sdk)), self.start_timeout)
+        except Exception as e:
+            record.state = "failed"
+            record.error = (
+                f"start failed: {_describe(e)}"
+                if not isinstance(e, TimeoutError)
+                else (f"start did not finish within {self.start_timeout:g}s")
+            )
+            log.debug("starting plugin %s failed", record.name, exc_info=True)
+            sdk.close()
+            try:
+                await asyncio.wait_for(_maybe_await(plugin.stop()), STOP_TIMEOUT)
+            except Exception:
+                log.debug("stop after failed start of %s failed", record.name, exc_info=True)
+            record.plugin = None
+            _forget_modules(record)
+            return
+        finally:
+            record.load_ms += (time.perf_counter() - started) * 1000
+        record.started_at = time.time()
+        reason = getattr(plugin, "ineligible_reason", "")
+        record.state, record.error = ("ineligible", f"requirements not met: {reason}") if reason else ("running", "")
+
+    async def _unload(self, record: PluginRecord) -> None:
+        """Remove what the plugin registered, then stop it; never raises."""
+        if record.sdk is not None:
+            record.sdk.close()
+        plugin, record.plugin = record.plugin, None
+        if plugin is not None:
+            try:
+                await asyncio.wait_for(_maybe_await(plugin.stop()), STOP_TIMEOUT)
+            except Exception as e:
+                log.warning("plugin %s did not stop cleanly: %s", record.name, _describe(e))
+        _forget_modules(record)
+        if record.state in ("running", "ineligible"):
+            record.state = "stopped"
+
+    def _summary(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for r in self._records.values():
+            counts[r.state] = counts.get(r.state, 0) + 1
+        failed = {r.name: r.error for r in self._records.values() if r.state == "failed"}
+        return {"plugins": len(self._records), "states": counts, "failed": failed}
+
+    # -- kind loaders -------------------------------------------------------------------
+
+    async def _load_lua(self, source: PluginSource) -> Plugin:
+        from homeagent.plugins.lua_plugin import LuaPlugin  # lupa is imported only when a Lua plugin exists
+
+        assert source.folder is not None and source.manifest is not None
+        plugin = LuaPlugin(
+            source.name,
+            source.folder,
+            entry=source.manifest.entry,
+            executor=self._lua_pool,
+            limits=self.lua_limits,
+            settings=source.settings,
+        )
+        try:
+            await plugin.load()
+        except BaseException:
+            await plugin.stop()
+            raise
+        return plugin
+
+    async def _load_skill(self, source: PluginSource) -> Plugin:
+        assert source.folder is not None
+        config_get = self.services.config.get
+        skill = await asyncio.to_thread(parse_skill, source.folder, config_get=config_get)
+        return SkillPlugin(source.name, skill, self.skills)
+
+    async def _load_python(self, source: PluginSource) -> Plugin:
+        assert source.folder is not None and source.manifest is not None
+        factory, modules = await asyncio.to_thread(
+            _import_entry, source.folder, source.manifest.entry, source.name, source.generation
+        )
+        try:
+            plugin = await _maybe_await(factory(source.name, dict(source.config)))
+        except BaseException:
+            _drop_modules(modules)
+            raise
+        with contextlib.suppress(AttributeError):
+            plugin._homeagent_modules = modules
+        return plugin
+
+    @staticmethod
+    def _no_process_host(source: PluginSource) -> Plugin:
+        entry = source.manifest.entry if source.manifest else "?"
+        raise PluginError(f"entry {entry!r} is a subprocess plugin, and this build has no subprocess plugin host yet")
+
+
+# ---------------------------------------------------------------- python imports
+
+
+def _user_path(source: str) -> Path:
+    return Path(source).expanduser()  # no I/O: expands ~ from $HOME
+
+
+def _resolve_ref(ref: str) -> Any:
+    module_name, _, attr = ref.partition(":")
+    module = importlib.import_module(module_name)
+    try:
+        return getattr(module, attr or "create_plugin")
+    except AttributeError:
+        raise PluginError(f"{module_name} has no {attr or 'create_plugin'}") from None
+
+
+def _synthetic(name: str, generation: int) -> str:
+    return f"_homeagent_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{generation}"
+
+
+def _exec_module(modname: str, path: Path, package_dir: Path | None) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        modname, path, submodule_search_locations=[str(package_dir)] if package_dir else None
+    )
+    if spec is None or spec.loader is None:
+        raise PluginError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[modname] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(modname, None)
+        raise
+    return module
+
+
+def _import_entry(folder: Path, entry: str, name: str, generation: int) -> tuple[PluginFactory, list[str]]:
+    """The factory named by ``entry`` and the module names created for it (removed on unload).
+
+    Modules from the plugin folder get a private name per load, so a reload
+    runs the new code and two plugins' ``main.py`` never collide. Inside a
+    package entry, use relative imports.
+    """
+    base = _synthetic(name, generation)
+    if entry.endswith(".py"):
+        path = (folder / entry).resolve()
+        if not path.is_relative_to(folder.resolve()) or not path.is_file():
+            raise PluginError(f"entry {entry!r} is not a file in {folder}")
+        module = _exec_module(base, path, None)
+        attr = "create_plugin"
+    else:
+        module_path, _, attr = entry.partition(":")
+        parts = module_path.split(".")
+        top = folder / parts[0]
+        if (top / "__init__.py").is_file():
+            _exec_module(base, top / "__init__.py", top)
+            full = ".".join([base, *parts[1:]])
+            module = importlib.import_module(full) if len(parts) > 1 else sys.modules[base]
+        elif len(parts) == 1 and (folder / f"{parts[0]}.py").is_file():
+            module = _exec_module(base, folder / f"{parts[0]}.py", None)
+        else:
+            module = importlib.import_module(module_path)
+            base = ""
+    modules = [m for m in list(sys.modules) if base and (m == base or m.startswith(base + "."))]
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        _drop_modules(modules)
+        where = entry if entry.endswith(".py") else module_path
+        raise PluginError(f"{where} defines no {attr}(name, config) factory")
+    return factory, modules
+
+
+def _drop_modules(modules: list[str]) -> None:
+    for m in modules:
+        sys.modules.pop(m, None)
+
+
+def _forget_modules(record: PluginRecord) -> None:
+    _drop_modules(record.modules)
+    record.modules = []
+
+
+# ---------------------------------------------------------------- socket RPC
+
+
+def register_rpc(socket_server: Any, registry: PluginRegistry) -> None:
+    """Add ``plugins.*`` methods to the daemon's socket server (used by ``homeagent plugin …``)."""
+    from homeagent.io.socket_server import RPCError
+
+    def name_of(params: dict[str, Any]) -> str:
+        name = params.get("name")
+        if not isinstance(name, str) or not name:
+            raise RPCError("missing 'name'")
+        return name
+
+    def guard(fn: Callable[[dict[str, Any]], Awaitable[Any]]) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+        async def call(params: dict[str, Any]) -> Any:
+            try:
+                return await fn(params)
+            except (PluginError, PackageError, ManifestError, ValueError) as e:
+                raise RPCError(str(e)) from e
+
+        return call
+
+    async def list_(_: dict[str, Any]) -> Any:
+        return registry.list()
+
+    async def info(p: dict[str, Any]) -> Any:
+        return registry.info(name_of(p))
+
+    async def reload(p: dict[str, Any]) -> Any:
+        if p.get("name"):
+            return await registry.reload_one(name_of(p))
+        return await registry.reload_all()
+
+    async def enable(p: dict[str, Any]) -> Any:
+        return await registry.enable(name_of(p))
+
+    async def disable(p: dict[str, Any]) -> Any:
+        return await registry.disable(name_of(p), by="cli")
+
+    async def install(p: dict[str, Any]) -> Any:
+        source = p.get("source")
+        if not isinstance(source, str) or not source:
+            raise RPCError("missing 'source' (a .hmap path or URL)")
+        return await registry.install(source, upgrade=bool(p.get("upgrade")))
+
+    async def remove(p: dict[str, Any]) -> Any:
+        return await registry.remove(name_of(p))
+
+    for method, fn in {
+        "plugins.list": list_,
+        "plugins.info": info,
+        "plugins.reload": reload,
+        "plugins.enable": enable,
+        "plugins.disable": disable,
+        "plugins.install": install,
+        "plugins.remove": remove,
+    }.items():
+        socket_server.add_method(method, guard(fn))

@@ -1,0 +1,404 @@
+"""The daemon subsystems plugins reach, and the SDK object that hands them out.
+
+:class:`PluginServices` is the one bundle the daemon builds for the plugin
+host; optional subsystems (memory layers, knowledge base, cleaners) may be
+``None`` and then raise :class:`ServiceUnavailable` when a plugin asks for
+them. :class:`HostSDK` is the in-process implementation of the public
+:class:`PluginSDK`: it stamps every registration with the plugin's name and
+records it, so that :meth:`HostSDK.close` removes everything the plugin
+registered even when the plugin itself is broken.
+
+The memory-layer adapters forward to whatever the subsystem offers, looking up
+the method by a few likely names, so the SDK surface stays fixed while those
+subsystems evolve; a missing method is a ServiceUnavailable naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from homeagent import __version__
+from homeagent.config.settings import PluginSettings
+from homeagent.sdk.api import (
+    LLMAPI,
+    ChannelHandler,
+    DocMemoryAPI,
+    EventCallback,
+    KnowledgeAPI,
+    MemoryAPI,
+    PluginSDK,
+    ServiceUnavailable,
+    SettingsAPI,
+    TextMemoryAPI,
+    Unregister,
+)
+from homeagent.sdk.types import InjectOptions, OutputCap, Stage, StageHandler, TextCleaner, ToolDef, ToolHandler
+
+if TYPE_CHECKING:
+    from homeagent.agent.prompt import PromptBuilder
+    from homeagent.agent.stages import StageHost
+    from homeagent.agent.tools import ToolRegistry
+    from homeagent.config.registry import ConfigRegistry
+    from homeagent.events import EventBus
+    from homeagent.io.channels import OutputChannels
+    from homeagent.io.manager import IOManager
+
+__all__ = ["HostSDK", "PluginServices", "Registration"]
+
+log = logging.getLogger("homeagent.plugins")
+
+
+@dataclass
+class PluginServices:
+    """Everything the plugin host needs from the daemon; built once in daemon.py."""
+
+    tools: ToolRegistry
+    stages: StageHost
+    io: IOManager
+    config: ConfigRegistry
+    events: EventBus
+    channels: OutputChannels
+    prompt: PromptBuilder
+    llm: Any  # LLMControl (or any object with list_sources/set_source/current_source); None when absent
+    data_dir: Path
+    cleaners: Any | None = None  # memory.clean.CleanerChain: register(name, fn, plugin=...) -> undo
+    docs: Any | None = None  # L2 document store
+    context: Any | None = None  # L1 context
+    graph: Any | None = None  # L3 knowledge graph
+    knowledge: Any | None = None  # knowledge base
+    social: Any | None = None  # persons/traits
+    textlog: Any | None = None  # memory.textlog.TextLog
+    version: str = __version__
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def plugin_data_dir(self, plugin: str) -> Path:
+        """Where plugin ``plugin`` keeps its own files (not its code)."""
+        return Path(self.data_dir) / "plugin_data" / plugin
+
+
+@dataclass
+class Registration:
+    """One thing a plugin registered, and how to take it back."""
+
+    kind: str  # tool | stage | channel | cleaner | subscription | prompt
+    name: str
+    undo: Callable[[], None]
+
+
+# ---------------------------------------------------------------- service adapters
+
+
+class _Forward:
+    """Calls a subsystem's method by the first of several names it has; awaits if needed."""
+
+    def __init__(self, label: str, target: Any) -> None:
+        self._label = label
+        self._target = target
+
+    async def _call(self, names: tuple[str, ...], *args: Any, **kwargs: Any) -> Any:
+        for name in names:
+            fn = getattr(self._target, name, None)
+            if callable(fn):
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+        raise ServiceUnavailable(f"{self._label}.{names[0]}", f"the {self._label} of this build has no {names[0]}()")
+
+
+class _GraphMemory(_Forward, MemoryAPI):
+    async def recall(self, keywords: list[str], depth: int = 2) -> Any:
+        return await self._call(("recall",), list(keywords), depth)
+
+    async def commit(self, triples: list[Any]) -> Any:
+        return await self._call(("commit", "commit_triples"), list(triples))
+
+    async def introspect(self) -> dict[str, Any]:
+        result = await self._call(("introspect", "stats"))
+        return dict(result) if isinstance(result, Mapping) else {"result": result}
+
+    async def merge_entities(self, source: str, target: str) -> Any:
+        return await self._call(("merge_entities", "merge"), source, target)
+
+    async def purge(self, criteria: Mapping[str, str], mode: str = "soft") -> Any:
+        return await self._call(("purge",), dict(criteria), mode)
+
+
+class _DocMemory(_Forward, DocMemoryAPI):
+    async def query(self, text: str, top_k: int = 3) -> list[Any]:
+        return list(await self._call(("query", "search"), text, top_k) or [])
+
+    async def insert(self, doc: Any) -> Any:
+        return await self._call(("insert", "commit", "add"), doc)
+
+    async def remove(self, doc_id: str) -> Any:
+        return await self._call(("remove", "delete"), doc_id)
+
+    async def stats(self) -> dict[str, Any]:
+        result = await self._call(("stats",))
+        return dict(result) if isinstance(result, Mapping) else {"result": result}
+
+
+class _Knowledge(_Forward, KnowledgeAPI):
+    async def search(self, query: str, top_k: int = 5) -> list[Any]:
+        return list(await self._call(("search", "query"), query, top_k) or [])
+
+    async def add(self, name: str, content: str) -> Any:
+        return await self._call(("add", "create", "put"), name, content)
+
+    async def list(self) -> list[str]:
+        return [str(n) for n in (await self._call(("list", "names")) or [])]
+
+
+class _TextMemory(_Forward, TextMemoryAPI):
+    async def append(self, role: str, content: str, *, channel: str = "", **extra: Any) -> None:
+        await self._call(("append",), role, content, channel=channel, **extra)
+
+
+class _LLM(LLMAPI):
+    """The SDK's LLM API over LLMControl (sources/use/manager) or any object that already speaks it."""
+
+    def __init__(self, target: Any) -> None:
+        self._t = target
+
+    def list_sources(self) -> list[str]:
+        if hasattr(self._t, "sources") and hasattr(self._t, "use"):
+            return [str(s.get("name")) for s in self._t.sources().get("sources", [])]
+        return [str(s) for s in self._t.list_sources()]
+
+    def set_source(self, name: str) -> None:
+        if hasattr(self._t, "use"):
+            self._t.use({"name": name})
+        else:
+            self._t.set_source(name)
+
+    def current_source(self) -> str:
+        manager = getattr(self._t, "manager", None)
+        if manager is not None:
+            return str(manager.current_source())
+        return str(self._t.current_source())
+
+
+# ---------------------------------------------------------------- the SDK
+
+
+class HostSDK(PluginSDK):
+    """The in-process SDK for one plugin instance; :meth:`close` removes all it registered."""
+
+    def __init__(self, services: PluginServices, name: str, *, plugin_dir: Path | None = None) -> None:
+        self._s = services
+        self._name = name
+        self._dir = plugin_dir
+        self._log = logging.getLogger(f"homeagent.plugin.{name}")
+        self._records: list[Registration] = []
+        self._closed = False
+        self._settings = PluginSettings(services.config, name, services.plugin_data_dir(name))
+
+    # -- identity ---------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def log(self) -> logging.Logger:
+        return self._log
+
+    @property
+    def plugin_dir(self) -> Path | None:
+        return self._dir
+
+    @property
+    def services(self) -> PluginServices:
+        """The daemon's subsystems (host-side code such as built-ins and loaders only)."""
+        return self._s
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- bookkeeping ------------------------------------------------------------
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise RuntimeError(f"plugin {self._name!r} is unloaded; cannot register {what}")
+
+    def _record(self, kind: str, name: str, undo: Callable[[], None]) -> Unregister:
+        record = Registration(kind, name, undo)
+        self._records.append(record)
+
+        def unregister() -> None:
+            if record in self._records:
+                self._records.remove(record)
+                undo()
+
+        return unregister
+
+    def add_registration(self, kind: str, name: str, undo: Callable[[], None]) -> Unregister:
+        """Record something registered on the plugin's behalf (e.g. a prompt section) for removal on unload."""
+        self._check_open(f"{kind} {name!r}")
+        return self._record(kind, name, undo)
+
+    def registrations(self, kind: str | None = None) -> list[str]:
+        """Names of what is registered now, optionally of one kind."""
+        return [r.name for r in self._records if kind is None or r.kind == kind]
+
+    def close(self) -> None:
+        """Remove everything this plugin registered (newest first); later registrations are refused."""
+        self._closed = True
+        records, self._records = self._records, []
+        for record in reversed(records):
+            try:
+                record.undo()
+            except Exception:
+                log.exception("removing %s %r of plugin %s failed", record.kind, record.name, self._name)
+        # safety net for anything registered around the SDK under this plugin's name
+        try:
+            self._s.channels.unregister_plugin(self._name)
+            self._s.tools.unregister_plugin(self._name)
+            self._s.stages.unregister_plugin(self._name)
+            unregister = getattr(self._s.cleaners, "unregister_plugin", None)
+            if unregister is not None:
+                unregister(self._name)
+        except Exception:
+            log.exception("cleaning up after plugin %s failed", self._name)
+
+    # -- tools and stages -------------------------------------------------------
+
+    def register_tool(
+        self,
+        tool: ToolDef | str,
+        handler: ToolHandler,
+        *,
+        description: str = "",
+        parameters: dict[str, Any] | None = None,
+        no_memory: bool = False,
+        cleaner: TextCleaner | None = None,
+        serial: bool = False,
+        parallel_safe: bool = True,
+    ) -> Unregister:
+        if isinstance(tool, str):
+            tool = ToolDef(
+                name=tool,
+                description=description,
+                parameters=parameters if parameters is not None else {"type": "object", "properties": {}},
+                no_memory=no_memory,
+                cleaner=cleaner,
+                serial=serial,
+                parallel_safe=parallel_safe,
+            )
+        elif not isinstance(tool, ToolDef):
+            raise TypeError(f"register_tool needs a ToolDef or a name, got {type(tool).__name__}")
+        self._check_open(f"tool {tool.name!r}")
+        tool = dataclasses.replace(tool, plugin=self._name)
+        undo = self._s.tools.register(tool, handler)
+        return self._record("tool", tool.name, undo)
+
+    def _stage(self, stage: Stage | str, handler: StageHandler, own: bool, timeout: float | None) -> Unregister:
+        label = stage.value if isinstance(stage, Stage) else str(stage)
+        self._check_open(f"stage handler for {label}")
+        undo = self._s.stages.register(stage, handler, plugin=self._name, own_tools=own, timeout=timeout)
+        return self._record("stage", label, undo)
+
+    def register_stage(self, stage: Stage | str, handler: StageHandler, *, timeout: float | None = None) -> Unregister:
+        return self._stage(stage, handler, False, timeout)
+
+    def register_stage_own_tools(
+        self, stage: Stage | str, handler: StageHandler, *, timeout: float | None = None
+    ) -> Unregister:
+        return self._stage(stage, handler, True, timeout)
+
+    # -- input ------------------------------------------------------------------
+
+    def inject_text(self, source: str, channel: str, text: str, *, options: InjectOptions | None = None) -> str:
+        return self._s.io.inject_text(source or self._name, channel or self._name, text, options=options)
+
+    def inject_interrupt_text(
+        self, source: str, channel: str, text: str, *, options: InjectOptions | None = None
+    ) -> str:
+        return self._s.io.inject_interrupt_text(source or self._name, channel or self._name, text, options=options)
+
+    def inject_text_no_memory(self, source: str, channel: str, text: str) -> str:
+        return self._s.io.inject_text_no_memory(source or self._name, channel or self._name, text)
+
+    # -- output channels --------------------------------------------------------
+
+    def register_output_channel(
+        self,
+        name: str,
+        caps: OutputCap | int,
+        description: str,
+        handler: ChannelHandler,
+        *,
+        meta_help: str = "",
+        types: list[str] | None = None,
+    ) -> Unregister:
+        self._check_open(f"output channel {name!r}")
+        undo = self._s.channels.register(
+            name, handler, caps=caps, description=description, plugin=self._name, meta_help=meta_help, types=types
+        )
+        return self._record("channel", name, undo)
+
+    # -- events -----------------------------------------------------------------
+
+    def subscribe(self, event_types: str | Iterable[str] | None, callback: EventCallback) -> Unregister:
+        types = [event_types] if isinstance(event_types, str) else event_types
+        label = ",".join(types) if types is not None else "*"
+        self._check_open(f"event subscription {label!r}")
+        undo = self._s.events.listen(callback, types, name=f"plugin:{self._name}")
+        return self._record("subscription", label, undo)
+
+    def publish(self, event_type: str, data: dict[str, Any] | None = None) -> None:
+        self._s.events.publish(event_type, {**(data or {}), "plugin": self._name})
+
+    # -- cleaners ---------------------------------------------------------------
+
+    def register_text_cleaner(self, name: str, cleaner: TextCleaner) -> Unregister:
+        chain = self._s.cleaners
+        if chain is None:
+            raise ServiceUnavailable("text cleaner chain", "register_text_cleaner has nothing to register with")
+        self._check_open(f"text cleaner {name!r}")
+        undo = chain.register(name, cleaner, plugin=self._name)
+        return self._record("cleaner", name, undo)
+
+    # -- services ---------------------------------------------------------------
+
+    @property
+    def settings(self) -> SettingsAPI:
+        return self._settings
+
+    @property
+    def memory(self) -> MemoryAPI:
+        if self._s.graph is None:
+            raise ServiceUnavailable("memory graph (L3)")
+        return _GraphMemory("memory graph", self._s.graph)
+
+    @property
+    def text_memory(self) -> TextMemoryAPI:
+        if self._s.textlog is None:
+            raise ServiceUnavailable("text memory (text log)")
+        return _TextMemory("text log", self._s.textlog)
+
+    @property
+    def doc_memory(self) -> DocMemoryAPI:
+        if self._s.docs is None:
+            raise ServiceUnavailable("document memory (L2)")
+        return _DocMemory("document store", self._s.docs)
+
+    @property
+    def knowledge(self) -> KnowledgeAPI:
+        if self._s.knowledge is None:
+            raise ServiceUnavailable("knowledge base")
+        return _Knowledge("knowledge base", self._s.knowledge)
+
+    @property
+    def llm(self) -> LLMAPI:
+        if self._s.llm is None:
+            raise ServiceUnavailable("LLM source management")
+        return _LLM(self._s.llm)

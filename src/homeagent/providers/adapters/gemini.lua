@@ -1,0 +1,219 @@
+-- Google Gemini (https://generativelanguage.googleapis.com, v1beta): contents/parts with
+-- role "model", functionCall / functionResponse, systemInstruction, key in x-goog-api-key.
+local function model_path(model)
+  model = tostring(model or "")
+  if model:find("^models/") or model:find("^tunedModels/") then return model end
+  return "models/" .. model
+end
+
+local function text_of(content)
+  if type(content) == "string" then return content end
+  if type(content) ~= "table" then return "" end
+  local parts = {}
+  for _, p in ipairs(content) do
+    if type(p) == "string" then parts[#parts + 1] = p
+    elseif type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text end
+  end
+  return table.concat(parts, "\n")
+end
+
+local function user_parts(content)
+  if type(content) ~= "table" then return { { text = tostring(content or "") } } end
+  local parts = {}
+  for _, p in ipairs(content) do
+    if type(p) == "table" and p.type == "image_url" and type(p.image_url) == "table" then
+      local media, data = tostring(p.image_url.url or ""):match("^data:([^;]+);base64,(.*)$")
+      if media then parts[#parts + 1] = { inlineData = { mimeType = media, data = data } } end
+    else
+      local t = type(p) == "table" and p.text or p
+      if type(t) == "string" then parts[#parts + 1] = { text = t } end
+    end
+  end
+  if #parts == 0 then parts[1] = { text = "" } end
+  return parts
+end
+
+-- Gemini accepts an OpenAPI subset of JSON Schema; drop what it rejects.
+local SCHEMA_KEYS = { type = true, format = true, title = true, description = true, nullable = true, enum = true,
+  maxItems = true, minItems = true, properties = true, required = true, minProperties = true, maxProperties = true,
+  minLength = true, maxLength = true, pattern = true, example = true, anyOf = true, propertyOrdering = true,
+  default = true, items = true, minimum = true, maximum = true }
+
+local function schema(s)
+  if type(s) ~= "table" then return s end
+  local out = {}
+  for k, v in pairs(s) do
+    if k == "properties" and type(v) == "table" then
+      local props = json.object()
+      for name, sub in pairs(v) do props[name] = schema(sub) end
+      out.properties = props
+    elseif k == "items" then
+      out.items = schema(v)
+    elseif k == "anyOf" and type(v) == "table" then
+      local list = json.array()
+      for i, sub in ipairs(v) do list[i] = schema(sub) end
+      out.anyOf = list
+    elseif k == "type" and type(v) == "table" then
+      for _, t in ipairs(v) do
+        if t == "null" then out.nullable = true elseif out.type == nil then out.type = t end
+      end
+    elseif k == "const" then
+      out.enum = json.array({ v })
+    elseif SCHEMA_KEYS[k] then
+      out[k] = v
+    end
+  end
+  return out
+end
+
+local function parse_args(arguments)
+  if type(arguments) == "table" then return arguments end
+  if type(arguments) ~= "string" or arguments == "" then return json.object() end
+  local ok, v = pcall(json.decode, arguments)
+  if ok and type(v) == "table" then return v end
+  return json.object({ _raw = arguments })
+end
+
+local function convert(messages)
+  local system, contents, names = {}, json.array(), {}
+  local function push(role, parts)
+    local last = contents[#contents]
+    if last and last.role == role then
+      for _, p in ipairs(parts) do last.parts[#last.parts + 1] = p end
+    else
+      contents[#contents + 1] = { role = role, parts = json.array(parts) }
+    end
+  end
+  for _, m in ipairs(messages) do
+    if m.role == "system" or m.role == "developer" then
+      local t = text_of(m.content)
+      if t ~= "" then system[#system + 1] = { text = t } end
+    elseif m.role == "assistant" then
+      local parts = {}
+      local t = text_of(m.content)
+      if t ~= "" then parts[#parts + 1] = { text = t } end
+      for _, tc in ipairs(m.tool_calls or {}) do
+        local fn = tc["function"] or {}
+        names[tc.id or ""] = fn.name
+        parts[#parts + 1] = { functionCall = { name = fn.name, args = parse_args(fn.arguments) } }
+      end
+      if #parts > 0 then push("model", parts) end
+    elseif m.role == "tool" then
+      local name = names[m.tool_call_id or ""] or m.name or "tool"
+      push("user", { { functionResponse = { name = name, response = { content = text_of(m.content) } } } })
+    else
+      push("user", user_parts(m.content))
+    end
+  end
+  return system, contents
+end
+
+local FINISH = { STOP = "stop", MAX_TOKENS = "length", SAFETY = "content_filter", RECITATION = "content_filter",
+  BLOCKLIST = "content_filter", PROHIBITED_CONTENT = "content_filter", SPII = "content_filter",
+  IMAGE_SAFETY = "content_filter", LANGUAGE = "content_filter", MALFORMED_FUNCTION_CALL = "stop", OTHER = "stop" }
+
+local function error_kind(e)
+  local status = tostring(e.status or "")
+  local code = tonumber(e.code) or 0
+  if status == "RESOURCE_EXHAUSTED" or code == 429 then return "rate_limit" end
+  if status == "UNAUTHENTICATED" or status == "PERMISSION_DENIED" or code == 401 or code == 403 then return "auth" end
+  if status == "INVALID_ARGUMENT" or status == "NOT_FOUND" or status == "FAILED_PRECONDITION" then return "client" end
+  return "server"
+end
+
+local function usage(u)
+  if type(u) ~= "table" then return nil end
+  local thoughts = u.thoughtsTokenCount or 0
+  return {
+    prompt = u.promptTokenCount or 0,
+    completion = (u.candidatesTokenCount or 0) + thoughts,
+    total = u.totalTokenCount or 0,
+    cache_read = u.cachedContentTokenCount or 0,
+    reasoning = thoughts,
+  }
+end
+
+-- One GenerateContentResponse (whole, or one stream event) -> unified fields.
+local function parse(r, state)
+  if r.error then
+    return { error = r.error.message or "error", error_kind = error_kind(r.error) }
+  end
+  local out = { usage = usage(r.usageMetadata) }
+  local cand = r.candidates and r.candidates[1]
+  if not cand then
+    if r.promptFeedback and r.promptFeedback.blockReason then
+      out.finish_reason = "content_filter"
+      out.content = ""
+    end
+    return out
+  end
+  local text, thoughts, calls = {}, {}, {}
+  for _, p in ipairs((cand.content or {}).parts or {}) do
+    if p.functionCall then
+      local index = state and state.calls or #calls
+      if state then state.calls = index + 1 end
+      calls[#calls + 1] = { index = index, id = p.functionCall.id or "", name = p.functionCall.name,
+                            arguments = p.functionCall.args or json.object() }
+    elseif type(p.text) == "string" then
+      if p.thought then thoughts[#thoughts + 1] = p.text else text[#text + 1] = p.text end
+    end
+  end
+  out.content = table.concat(text)
+  out.reasoning = table.concat(thoughts)
+  if #calls > 0 then
+    out.tool_calls = calls
+    if state then state.saw_calls = true end
+  end
+  if cand.finishReason then
+    local f = FINISH[cand.finishReason] or string.lower(cand.finishReason)
+    if f == "stop" and (#calls > 0 or (state and state.saw_calls)) then f = "tool_calls" end
+    out.finish_reason = f
+  end
+  return out
+end
+
+return {
+  name = "gemini",
+  version = "1.0",
+
+  endpoint = function(ctx)
+    local action = ctx.stream and ":streamGenerateContent?alt=sse" or ":generateContent"
+    return "/v1beta/" .. model_path(ctx.model) .. action
+  end,
+
+  headers = function(api_key)
+    return { ["x-goog-api-key"] = api_key }
+  end,
+
+  transform_request = function(req)
+    local system, contents = convert(req.messages)
+    local body = { contents = contents }
+    if #system > 0 then body.systemInstruction = { parts = json.array(system) } end
+    local gen = {}
+    if req.temperature ~= nil then gen.temperature = req.temperature end
+    if req.max_tokens ~= nil then gen.maxOutputTokens = req.max_tokens end
+    if req.thinking then gen.thinkingConfig = { includeThoughts = true } end
+    if next(gen) then body.generationConfig = gen end
+    if req.tools and #req.tools > 0 then
+      local decls = json.array()
+      for _, t in ipairs(req.tools) do
+        local fn = t["function"] or t
+        decls[#decls + 1] = { name = fn.name, description = fn.description, parameters = schema(fn.parameters) }
+      end
+      body.tools = json.array({ { functionDeclarations = decls } })
+      local mode = ({ auto = "AUTO", required = "ANY", none = "NONE" })[req.tool_choice or ""]
+      if mode then body.toolConfig = { functionCallingConfig = { mode = mode } } end
+    end
+    return body
+  end,
+
+  transform_response = function(raw)
+    local out = parse(json.decode(raw), nil)
+    if out.reasoning then out.reasoning_content, out.reasoning = out.reasoning, nil end
+    return out
+  end,
+
+  transform_stream_chunk = function(line, state)
+    return parse(json.decode(line), state)
+  end,
+}

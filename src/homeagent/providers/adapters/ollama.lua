@@ -1,0 +1,140 @@
+-- Ollama (http://127.0.0.1:11434): /api/chat with NDJSON streaming, options{temperature,
+-- num_predict}, tool calls with object arguments, "thinking" for reasoning models.
+-- No key needed; one given is sent as a Bearer token (for proxies and Ollama cloud).
+local function text_of(content)
+  if type(content) == "string" then return content end
+  if type(content) ~= "table" then return "" end
+  local parts = {}
+  for _, p in ipairs(content) do
+    if type(p) == "string" then parts[#parts + 1] = p
+    elseif type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text end
+  end
+  return table.concat(parts, "\n")
+end
+
+local function images_of(content)
+  if type(content) ~= "table" then return nil end
+  local images = json.array()
+  for _, p in ipairs(content) do
+    if type(p) == "table" and p.type == "image_url" and type(p.image_url) == "table" then
+      local data = tostring(p.image_url.url or ""):match("^data:[^;]+;base64,(.*)$")
+      if data then images[#images + 1] = data end
+    end
+  end
+  if #images > 0 then return images end
+  return nil
+end
+
+local function parse_args(arguments)
+  if type(arguments) == "table" then return arguments end
+  if type(arguments) ~= "string" or arguments == "" then return json.object() end
+  local ok, v = pcall(json.decode, arguments)
+  if ok and type(v) == "table" then return v end
+  return json.object({ _raw = arguments })
+end
+
+local function convert(messages)
+  local out, names = json.array(), {}
+  for i, m in ipairs(messages) do
+    local msg = { role = m.role, content = text_of(m.content) }
+    if m.role == "developer" then msg.role = "system" end
+    msg.images = images_of(m.content)
+    if m.role == "assistant" then
+      if type(m.reasoning_content) == "string" then msg.thinking = m.reasoning_content end
+      if m.tool_calls then
+        local calls = json.array()
+        for j, tc in ipairs(m.tool_calls) do
+          local fn = tc["function"] or {}
+          names[tc.id or ""] = fn.name
+          calls[j] = { ["function"] = { name = fn.name, arguments = parse_args(fn.arguments) } }
+        end
+        msg.tool_calls = calls
+      end
+    elseif m.role == "tool" then
+      msg.tool_name = names[m.tool_call_id or ""] or m.name
+    end
+    out[i] = msg
+  end
+  return out
+end
+
+local function finish(r, saw_calls)
+  if saw_calls then return "tool_calls" end
+  local reason = r.done_reason
+  if reason == nil or reason == "" or reason == "stop" then return "stop" end
+  return reason -- "length", "load", "unload"
+end
+
+local function usage(r)
+  if r.prompt_eval_count == nil and r.eval_count == nil then return nil end
+  return { prompt = r.prompt_eval_count or 0, completion = r.eval_count or 0 }
+end
+
+return {
+  name = "ollama",
+  version = "1.0",
+  needs_api_key = false,
+  endpoint = "/api/chat",
+
+  headers = function(api_key)
+    if api_key and api_key ~= "" then return { Authorization = "Bearer " .. api_key } end
+    return {}
+  end,
+
+  transform_request = function(req)
+    local body = { model = req.model, messages = convert(req.messages), stream = req.stream and true or false }
+    if req.tools and #req.tools > 0 then body.tools = req.tools end
+    local options = {}
+    if req.temperature ~= nil then options.temperature = req.temperature end
+    if req.max_tokens ~= nil then options.num_predict = req.max_tokens end
+    if type(req.extra) == "table" then
+      for k, v in pairs(req.extra) do
+        if k == "format" or k == "keep_alive" then body[k] = v else options[k] = v end
+      end
+    end
+    if next(options) then body.options = options end
+    if req.thinking then body.think = true end
+    return body
+  end,
+
+  transform_response = function(raw)
+    local r = json.decode(raw)
+    if r.error then return { error = tostring(r.error), error_kind = "server" } end
+    local m = r.message or {}
+    local calls = {}
+    for i, tc in ipairs(m.tool_calls or {}) do
+      local fn = tc["function"] or {}
+      calls[i] = { id = tc.id or "", name = fn.name, arguments = fn.arguments or json.object() }
+    end
+    return {
+      content = m.content,
+      reasoning_content = m.thinking,
+      finish_reason = finish(r, #calls > 0),
+      usage = usage(r),
+      tool_calls = calls,
+    }
+  end,
+
+  transform_stream_chunk = function(line, state)
+    local r = json.decode(line)
+    if r.error then return { error = tostring(r.error), error_kind = "server" } end
+    local m = r.message or {}
+    local out = { content = m.content, reasoning = m.thinking }
+    if m.tool_calls then
+      local calls = {}
+      for i, tc in ipairs(m.tool_calls) do
+        local fn = tc["function"] or {}
+        local index = state.calls or 0
+        state.calls = index + 1
+        calls[i] = { index = index, id = tc.id or "", name = fn.name, arguments = fn.arguments or json.object() }
+      end
+      out.tool_calls = calls
+    end
+    if r.done then
+      out.done = true
+      out.finish_reason = finish(r, (state.calls or 0) > 0)
+      out.usage = usage(r)
+    end
+    return out
+  end,
+}
