@@ -229,3 +229,29 @@ async def test_llm_cli_sources_use_and_test(llm_daemon: Daemon, fake: FakeOpenAI
     assert used.code == 0 and llm_daemon.llm.manager.current_source() == "offline"
     unknown = await run_cli(llm_daemon.paths.root, "llm", "use", "nope")
     assert unknown.code == 1 and "nope" in unknown.err
+
+
+async def test_fallback_across_two_adapters_in_one_turn(data_dir: Path, fake: FakeOpenAI) -> None:
+    from tests.fakes.llm_anthropic import FakeAnthropic
+
+    async with FakeAnthropic() as claude:
+        d = Daemon(DataPaths(data_dir), web=False)
+        await d.start()
+        try:
+            settings = {
+                "claude": {"base_url": claude.base_url, "adapter": "anthropic", "priority": 5},
+                "gpt": {"base_url": fake.base_url, "adapter": "openai", "priority": 1},
+            }
+            for name, values in settings.items():
+                for key, value in {**values, "model": "m", "api_key": f"sk-{name}-0123456789"}.items():
+                    d.config.set(f"core.llm.sources.{name}.{key}", value)
+            await d.llm.reload()
+            claude.script(Turn.error(529, message="overloaded"))
+            fake.script(Turn.text("answered by the second adapter"))
+            result = await d.io.inject_sync("test", "test", "hello")
+            assert result.ok and result.text == "answered by the second adapter" and result.source == "gpt"
+            assert claude.requests[0].path == "/v1/messages"
+            assert claude.requests[0].headers["x-api-key"] == "sk-claude-0123456789"
+            assert fake.requests[0].path.endswith("/chat/completions")
+        finally:
+            await d.stop()
