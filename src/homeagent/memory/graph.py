@@ -1,0 +1,1536 @@
+"""The long-term memory graph (L3): entities, relations and the sentences they came from.
+
+Why it is shaped this way:
+
+* Facts change ("I moved to Shanghai"). A new fact that contradicts a current
+  one is not a reason to forget the old one: the old relation is *retired*
+  (``valid_to``/``retired_at`` set) so "where did I live last year" stays
+  answerable, while recall shows current facts by default. Contradiction is
+  decided per relation type: single-valued relations (``SINGLE_VALUED``, e.g.
+  ``lives_in``) hold one object per subject at a time, multi-valued ones
+  (``likes``) accumulate. Only relations on the same subject and relation are
+  candidates, so nothing unrelated is ever retired.
+* Two clocks (bitemporal): ``valid_from``/``valid_to`` say when a fact was
+  true in the world; ``recorded_at``/``retired_at`` say when we believed it.
+  A superseded fact ends its validity; a corrected (``memory_edit``) or purged
+  fact is retracted: it leaves the record but was never valid.
+* Every write goes through one writer thread in one ``BEGIN IMMEDIATE``
+  transaction, so concurrent commits from the memory loops and a user turn
+  serialise without lost updates; other processes (the CLI) are handled by
+  ``busy_timeout`` plus a retry loop, and a batch is applied whole or not at
+  all. Reads run in their own threads on their own connections (WAL lets them
+  proceed while a write is open), so the event loop never touches SQLite.
+* Names are matched exactly (after NFKC + case folding), through aliases,
+  and by substring through an FTS5 index of character bigrams, so a 2-character
+  Chinese keyword matches without ``LIKE '%…%'`` scans and SQL wildcards in
+  names (``%``, ``_``) are just characters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import sqlite3
+import threading
+import time
+import unicodedata
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+import numpy as np
+
+log = logging.getLogger("homeagent.memory.graph")
+
+T = TypeVar("T")
+
+MAX_NAME_CHARS = 200
+MAX_RELATION_CHARS = 64
+MAX_SENTENCE_CHARS = 8_000
+MAX_TRIPLES_PER_COMMIT = 5_000
+
+SINGLE_VALUED: frozenset[str] = frozenset(
+    {
+        "name",
+        "age",
+        "lives_in",
+        "works_as",
+        "works_at",
+        "birthday",
+        "gender",
+        "nationality",
+        "spouse",
+        "marital_status",
+    }
+)
+"""Relations a subject has at most one current object for; a new object retires the old one."""
+
+RELATION_ALIASES: dict[str, str] = {
+    "is_named": "name",
+    "named": "name",
+    "name_is": "name",
+    "叫": "name",
+    "名叫": "name",
+    "名字": "name",
+    "名字是": "name",
+    "live_in": "lives_in",
+    "lives_at": "lives_in",
+    "living_in": "lives_in",
+    "住在": "lives_in",
+    "居住": "lives_in",
+    "居住在": "lives_in",
+    "年龄": "age",
+    "岁数": "age",
+    "job": "works_as",
+    "occupation": "works_as",
+    "profession": "works_as",
+    "work_as": "works_as",
+    "职业": "works_as",
+    "工作是": "works_as",
+    "work_at": "works_at",
+    "employer": "works_at",
+    "工作于": "works_at",
+    "like": "likes",
+    "喜欢": "likes",
+    "生日": "birthday",
+}
+"""Spellings of the same relation folded onto one name, so contradiction detection sees them as one."""
+
+OBJECT_TYPES: dict[str, str] = {
+    "name": "Name",
+    "age": "Quantity",
+    "lives_in": "Location",
+    "works_as": "Occupation",
+    "works_at": "Organization",
+    "birthday": "Date",
+}
+"""Types given to a new object entity by the relation that introduced it (subject becomes ``Person``)."""
+
+RETIRE_SUPERSEDED = "superseded"  # the world changed: validity ended
+RETIRE_EDITED = "edited"  # the record was wrong: retracted
+RETIRE_PURGED = "purged"  # removed on request (soft purge): retracted
+RETIRE_MERGED = "merged"  # duplicate left behind by an entity merge
+RETRACTED = (RETIRE_EDITED, RETIRE_PURGED, RETIRE_MERGED)
+
+_LOCKED = ("database is locked", "database table is locked", "database is busy")
+
+
+class GraphError(ValueError):
+    """Bad input or an impossible request; the message says which and nothing was changed."""
+
+
+class GraphBusy(GraphError):
+    """Another process held the database for too long; nothing was written."""
+
+
+# --------------------------------------------------------------------------- names
+_WS = re.compile(r"\s+")
+
+
+def clean_name(name: Any, what: str = "entity name") -> str:
+    """The display form of a name: NFKC, whitespace collapsed; rejects empty and over-long names."""
+    if not isinstance(name, str):
+        raise GraphError(f"{what} must be a string, got {type(name).__name__}")
+    text = _WS.sub(" ", unicodedata.normalize("NFKC", name).replace("\x00", "")).strip()
+    if not text:
+        raise GraphError(f"{what} is empty")
+    if len(text) > MAX_NAME_CHARS:
+        raise GraphError(f"{what} is {len(text)} characters long; the limit is {MAX_NAME_CHARS}: {text[:40]!r}…")
+    return text
+
+
+def norm_name(name: str) -> str:
+    """The lookup key of a name: its display form, case-folded."""
+    return clean_name(name).casefold()
+
+
+def norm_relation(relation: Any) -> str:
+    """Relation names are snake_case-ish and folded through ``RELATION_ALIASES``."""
+    if not isinstance(relation, str):
+        raise GraphError(f"relation must be a string, got {type(relation).__name__}")
+    text = _WS.sub("_", unicodedata.normalize("NFKC", relation).strip().casefold()).strip("_")
+    if not text:
+        raise GraphError("relation is empty")
+    if len(text) > MAX_RELATION_CHARS:
+        raise GraphError(f"relation is {len(text)} characters long; the limit is {MAX_RELATION_CHARS}")
+    return RELATION_ALIASES.get(text, text)
+
+
+def name_bigrams(norm: str) -> list[str]:
+    """Character bigrams of a normalised name, hex-encoded so the FTS tokenizer keeps them whole."""
+    return [norm[i : i + 2].encode("utf-8").hex() for i in range(len(norm) - 1)]
+
+
+def bigram_jaccard(a: str, b: str) -> float:
+    """Similarity of two names by their character-bigram sets (the merge heuristic, > 0.75)."""
+    na, nb = a.casefold(), b.casefold()
+    sa = {na[i : i + 2] for i in range(len(na) - 1)} or {na}
+    sb = {nb[i : i + 2] for i in range(len(nb) - 1)} or {nb}
+    return len(sa & sb) / len(sa | sb)
+
+
+# --------------------------------------------------------------------------- data
+@dataclass
+class Triple:
+    """A fact to commit. ``single`` overrides whether the relation is single-valued."""
+
+    subject: str
+    relation: str
+    object: str
+    sentence: str | None = None
+    confidence: float = 1.0
+    valid_from: float | None = None
+    scene: str | None = None
+    source: str = ""
+    subject_type: str = ""
+    object_type: str = ""
+    single: bool | None = None
+    media: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "") -> Triple:
+        """The tool / SDK shape: ``subject, relation, object, sentence_text, scene, media_digests``."""
+        if not isinstance(data, Mapping):
+            raise GraphError(f"a triple must be an object with subject, relation and object, got {data!r:.80}")
+        missing = [k for k in ("subject", "relation", "object") if data.get(k) in (None, "")]
+        if missing:
+            raise GraphError(f"triple {dict(data)!r:.120} lacks {', '.join(missing)}")
+        subject, relation, obj = (
+            str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v
+            for v in (data["subject"], data["relation"], data["object"])
+        )
+        sentence = data.get("sentence_text", data.get("sentence"))
+        media = data.get("media_digests") or ()
+        conf = data.get("confidence", 1.0)
+        return cls(
+            subject=subject,
+            relation=relation,
+            object=obj,
+            sentence=sentence if isinstance(sentence, str) and sentence.strip() else None,
+            confidence=float(conf) if isinstance(conf, int | float) else 1.0,
+            scene=data.get("scene") or None,
+            source=str(data.get("source") or source),
+            media=tuple(str(m) for m in media) if isinstance(media, list | tuple) else (),
+        )
+
+
+class Entity(NamedTuple):
+    """An entity (a named tuple: recall builds thousands of these per second)."""
+
+    id: int
+    name: str
+    type: str
+    mention_count: int
+    created_at: float
+    updated_at: float
+    aliases: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "type": self.type, "mention_count": self.mention_count}
+        if self.aliases:
+            out["aliases"] = list(self.aliases)
+        return out
+
+
+class Relation(NamedTuple):
+    """A fact; ``hop`` is its BFS distance from the seeds in a recall."""
+
+    id: int
+    subject: str
+    relation: str
+    object: str
+    subject_id: int
+    object_id: int
+    confidence: float
+    sentence: str | None
+    scene: str | None
+    source: str
+    valid_from: float | None
+    valid_to: float | None
+    recorded_at: float
+    retired_at: float | None
+    retire_reason: str | None
+    mention_count: int
+    hop: int = 0
+
+    @property
+    def current(self) -> bool:
+        return self.retired_at is None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "subject": self.subject,
+            "relation": self.relation,
+            "object": self.object,
+            "confidence": round(self.confidence, 3),
+        }
+        if self.sentence:
+            out["sentence"] = self.sentence
+        if self.scene:
+            out["scene"] = self.scene
+        if self.valid_from is not None:
+            out["valid_from"] = iso(self.valid_from)
+        if not self.current:
+            out["current"] = False
+            if self.valid_to is not None:
+                out["valid_to"] = iso(self.valid_to)
+            out["retired_at"] = iso(self.retired_at)
+            out["retire_reason"] = self.retire_reason
+        return out
+
+    def line(self) -> str:
+        return f"{self.subject} --{self.relation}--> {self.object}"
+
+
+@dataclass
+class Recall:
+    seeds: list[Entity] = field(default_factory=list)
+    entities: list[Entity] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seeds": [e.name for e in self.seeds],
+            "entities": [e.to_dict() for e in self.entities],
+            "relations": [r.to_dict() for r in self.relations],
+        }
+
+
+@dataclass
+class CommitReport:
+    added: int = 0
+    reinforced: int = 0
+    superseded: list[str] = field(default_factory=list)
+    historical: int = 0
+    entities_created: int = 0
+    relation_ids: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "added": self.added,
+            "reinforced": self.reinforced,
+            "superseded": self.superseded,
+            "historical": self.historical,
+            "entities_created": self.entities_created,
+        }
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ts))
+
+
+# --------------------------------------------------------------------------- schema
+MIGRATIONS: list[tuple[int, str, list[str]]] = [
+    (
+        1,
+        "entities, aliases, sentences, bitemporal relations, raw records, merge blocks",
+        [
+            """CREATE TABLE entities (
+                id INTEGER PRIMARY KEY,
+                name TEXT NOT NULL,
+                norm TEXT NOT NULL UNIQUE,
+                type TEXT NOT NULL DEFAULT '',
+                mention_count INTEGER NOT NULL DEFAULT 0,
+                created_at REAL NOT NULL,
+                updated_at REAL NOT NULL,
+                embedding BLOB,
+                embed_model TEXT
+            )""",
+            "CREATE INDEX entities_mentions ON entities(mention_count DESC)",
+            "CREATE INDEX entities_unembedded ON entities(mention_count DESC) WHERE embedding IS NULL",
+            """CREATE TABLE aliases (
+                alias_norm TEXT PRIMARY KEY,
+                alias TEXT NOT NULL,
+                entity_id INTEGER NOT NULL REFERENCES entities(id)
+            )""",
+            "CREATE INDEX aliases_entity ON aliases(entity_id)",
+            "CREATE VIRTUAL TABLE entity_fts USING fts5(tokens, tokenize='ascii')",
+            """CREATE TABLE sentences (
+                id INTEGER PRIMARY KEY,
+                text TEXT NOT NULL,
+                hash TEXT NOT NULL UNIQUE,
+                media TEXT,
+                created_at REAL NOT NULL
+            )""",
+            """CREATE TABLE relations (
+                id INTEGER PRIMARY KEY,
+                subject_id INTEGER NOT NULL REFERENCES entities(id),
+                relation TEXT NOT NULL,
+                object_id INTEGER NOT NULL REFERENCES entities(id),
+                confidence REAL NOT NULL DEFAULT 1.0,
+                sentence_id INTEGER REFERENCES sentences(id),
+                scene TEXT,
+                source TEXT NOT NULL DEFAULT '',
+                valid_from REAL,
+                valid_to REAL,
+                recorded_at REAL NOT NULL,
+                retired_at REAL,
+                retired_by INTEGER,
+                retire_reason TEXT,
+                mention_count INTEGER NOT NULL DEFAULT 1,
+                last_seen REAL NOT NULL
+            )""",
+            """CREATE UNIQUE INDEX relations_current_spo ON relations(subject_id, relation, object_id)
+               WHERE retired_at IS NULL""",
+            "CREATE INDEX relations_current_out ON relations(subject_id, recorded_at) WHERE retired_at IS NULL",
+            "CREATE INDEX relations_current_in ON relations(object_id, recorded_at) WHERE retired_at IS NULL",
+            "CREATE INDEX relations_all_subject ON relations(subject_id, relation)",
+            "CREATE INDEX relations_all_object ON relations(object_id)",
+            """CREATE TABLE raw_records (
+                id INTEGER PRIMARY KEY,
+                session TEXT NOT NULL DEFAULT '',
+                role TEXT NOT NULL,
+                speaker TEXT NOT NULL DEFAULT '',
+                content TEXT NOT NULL,
+                ts REAL NOT NULL,
+                distilled_at REAL
+            )""",
+            "CREATE INDEX raw_pending ON raw_records(id) WHERE distilled_at IS NULL",
+            "CREATE INDEX raw_ts ON raw_records(ts)",
+            """CREATE TABLE merge_blocks (
+                a_norm TEXT NOT NULL,
+                b_norm TEXT NOT NULL,
+                rounds INTEGER NOT NULL,
+                PRIMARY KEY (a_norm, b_norm)
+            )""",
+            """CREATE TABLE loop_state (
+                name TEXT PRIMARY KEY,
+                value TEXT NOT NULL
+            )""",
+        ],
+    ),
+]
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+
+def _is_locked(exc: BaseException) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and any(m in str(exc).lower() for m in _LOCKED)
+
+
+# --------------------------------------------------------------------------- the store
+class GraphDB:
+    """The graph on one SQLite file. Every public method is a coroutine; SQLite runs in threads.
+
+    Use ``await GraphDB.open(path)`` (runs migrations) and ``await close()``.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        single_valued: Iterable[str] = SINGLE_VALUED,
+        readers: int = 2,
+        busy_timeout_ms: int = 5_000,
+        lock_retry_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = Path(path)
+        self.single_valued = frozenset(norm_relation(r) for r in single_valued)
+        self._busy_ms = busy_timeout_ms
+        self._lock_retry_s = lock_retry_s
+        self._clock = clock
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="graph-writer")
+        self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="graph-reader")
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._closed = False
+        self.generation = 0
+        """Bumped after every write; the indexer re-syncs when it changes."""
+        self.structure_generation = 0
+        """Bumped when entities disappear (merge, delete, hard purge); the indexer reloads its vectors."""
+        self.last_write: float | None = None
+
+    @classmethod
+    async def open(cls, path: Path | str, *, create: bool = True, **kwargs: Any) -> GraphDB:
+        path = Path(path)
+        if not create and not path.exists():
+            raise FileNotFoundError(f"no memory graph at {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        graph = cls(path, **kwargs)
+        try:
+            await graph._write(graph._migrate, bump=False)
+        except BaseException:
+            await graph.close()
+            raise
+        return graph
+
+    # ------------------------------------------------------------- threads and connections
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_ms / 1000
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA temp_store = MEMORY")
+            conn.execute("PRAGMA cache_size = -32768")
+            conn.execute("PRAGMA mmap_size = 268435456")
+            self._local.conn = conn
+            with self._conns_lock:
+                self._conns.append(conn)
+        return conn
+
+    def _run_tx(self, fn: Callable[[sqlite3.Connection], T], mode: str) -> T:
+        conn = self._conn()
+        deadline = time.monotonic() + self._lock_retry_s
+        delay = 0.05
+        while True:
+            try:
+                conn.execute(f"BEGIN {mode}")
+                try:
+                    result = fn(conn)
+                    conn.execute("COMMIT")
+                    return result
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise GraphBusy(
+                        f"{self.path.name} stayed locked by another process for {self._lock_retry_s:.0f} s; "
+                        "nothing was written"
+                    ) from exc
+                log.debug("graph database busy (%s); retrying in %.2f s", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], T], *, bump: bool = True, structural: bool = False) -> T:
+        if self._closed:
+            raise GraphError("the memory graph is closed")
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self._writer, self._run_tx, fn, "IMMEDIATE")
+        if bump:
+            self.generation += 1
+            self.last_write = self._clock()
+        if structural:
+            self.structure_generation += 1
+        return result
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise GraphError("the memory graph is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self._run_tx, fn, "DEFERRED")
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self._shutdown)
+
+    def _shutdown(self) -> None:
+        self._readers.shutdown(wait=True)
+        with contextlib.suppress(Exception):
+            self._writer.submit(self._checkpoint).result(timeout=10)
+        self._writer.shutdown(wait=True)
+        with self._conns_lock:
+            for conn in self._conns:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self._conns.clear()
+
+    def _checkpoint(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    # ------------------------------------------------------------- migrations
+    def _migrate(self, conn: sqlite3.Connection) -> int:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise GraphError(
+                f"{self.path} has schema version {version}, newer than this HomeAgent understands "
+                f"({SCHEMA_VERSION}); upgrade HomeAgent instead of opening it with an older one"
+            )
+        for number, description, statements in MIGRATIONS:
+            if number <= version:
+                continue
+            log.info("memory graph %s: migration %d (%s)", self.path.name, number, description)
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+        return version
+
+    async def schema_version(self) -> int:
+        return await self._read(lambda c: int(c.execute("PRAGMA user_version").fetchone()[0]))
+
+    # ------------------------------------------------------------- entity helpers (writer thread)
+    def _resolve(self, conn: sqlite3.Connection, name: str) -> int | None:
+        norm = norm_name(name)
+        row = conn.execute("SELECT id FROM entities WHERE norm = ?", (norm,)).fetchone()
+        if row:
+            return int(row[0])
+        row = conn.execute("SELECT entity_id FROM aliases WHERE alias_norm = ?", (norm,)).fetchone()
+        return int(row[0]) if row else None
+
+    def _must_resolve(self, conn: sqlite3.Connection, name: str) -> int:
+        eid = self._resolve(conn, name)
+        if eid is None:
+            raise GraphError(f"no entity named {clean_name(name)[:80]!r}")
+        return eid
+
+    def _upsert_entity(
+        self, conn: sqlite3.Connection, name: str, type_: str, now: float, *, force_type: bool = False
+    ) -> tuple[int, bool]:
+        eid = self._resolve(conn, name)
+        if eid is not None:
+            if type_:
+                if force_type:
+                    conn.execute(
+                        "UPDATE entities SET mention_count = mention_count + 1, updated_at = ?, type = ? WHERE id = ?",
+                        (now, type_, eid),
+                    )
+                else:
+                    conn.execute(
+                        "UPDATE entities SET mention_count = mention_count + 1, updated_at = ?, "
+                        "type = CASE WHEN type = '' THEN ? ELSE type END WHERE id = ?",
+                        (now, type_, eid),
+                    )
+            else:
+                conn.execute(
+                    "UPDATE entities SET mention_count = mention_count + 1, updated_at = ? WHERE id = ?", (now, eid)
+                )
+            return eid, False
+        display = clean_name(name)
+        norm = display.casefold()
+        cur = conn.execute(
+            "INSERT INTO entities(name, norm, type, mention_count, created_at, updated_at) VALUES (?, ?, ?, 1, ?, ?)",
+            (display, norm, type_, now, now),
+        )
+        eid = int(cur.lastrowid or 0)
+        tokens = name_bigrams(norm)
+        if tokens:
+            conn.execute("INSERT INTO entity_fts(rowid, tokens) VALUES (?, ?)", (eid, " ".join(tokens)))
+        return eid, True
+
+    def _delete_entity_row(self, conn: sqlite3.Connection, eid: int) -> None:
+        conn.execute("DELETE FROM entities WHERE id = ?", (eid,))
+        conn.execute("DELETE FROM aliases WHERE entity_id = ?", (eid,))
+        conn.execute("DELETE FROM entity_fts WHERE rowid = ?", (eid,))
+
+    def _sentence_id(self, conn: sqlite3.Connection, text: str | None, media: Sequence[str], now: float) -> int | None:
+        if not text:
+            return None
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        row = conn.execute("SELECT id, media FROM sentences WHERE hash = ?", (digest,)).fetchone()
+        if row:
+            if media:
+                merged = sorted(set(json.loads(row[1] or "[]")) | set(media))
+                conn.execute("UPDATE sentences SET media = ? WHERE id = ?", (json.dumps(merged), row[0]))
+            return int(row[0])
+        cur = conn.execute(
+            "INSERT INTO sentences(text, hash, media, created_at) VALUES (?, ?, ?, ?)",
+            (text, digest, json.dumps(sorted(set(media))) if media else None, now),
+        )
+        return int(cur.lastrowid or 0)
+
+    # ------------------------------------------------------------- commit
+    def _validate(self, triples: Sequence[Triple]) -> list[tuple[Triple, str, str, str]]:
+        if len(triples) > MAX_TRIPLES_PER_COMMIT:
+            raise GraphError(f"{len(triples)} triples in one commit; the limit is {MAX_TRIPLES_PER_COMMIT}")
+        checked: list[tuple[Triple, str, str, str]] = []
+        problems: list[str] = []
+        for i, t in enumerate(triples):
+            try:
+                subject = clean_name(t.subject, "subject")
+                relation = norm_relation(t.relation)
+                obj = clean_name(t.object, "object")
+                if t.sentence is not None and len(t.sentence) > MAX_SENTENCE_CHARS:
+                    raise GraphError(f"sentence is {len(t.sentence)} characters; the limit is {MAX_SENTENCE_CHARS}")
+                if not 0.0 <= float(t.confidence) <= 1.0:
+                    raise GraphError(f"confidence {t.confidence} is outside 0..1")
+                checked.append((t, subject, relation, obj))
+            except GraphError as exc:
+                problems.append(f"triple {i + 1}: {exc}")
+        if problems:
+            raise GraphError("nothing was committed: " + "; ".join(problems[:5]) + (" …" if len(problems) > 5 else ""))
+        return checked
+
+    async def commit(self, triples: Sequence[Triple | Mapping[str, Any]], *, source: str = "") -> CommitReport:
+        """Upsert ``triples`` atomically: all of them or (on any bad one) none, with a message naming it."""
+        parsed = [t if isinstance(t, Triple) else Triple.from_dict(t, source=source) for t in triples]
+        checked = self._validate(parsed)
+        if not checked:
+            return CommitReport()
+        return await self._write(lambda c: self._commit_tx(c, checked, source))
+
+    def _commit_tx(
+        self, conn: sqlite3.Connection, checked: list[tuple[Triple, str, str, str]], source: str
+    ) -> CommitReport:
+        now = self._clock()
+        report = CommitReport()
+        ids: dict[str, int] = {}  # norm -> entity id, valid inside this transaction
+        bumps: dict[int, list[Any]] = {}  # entity id -> [mentions, type, force]
+
+        def entity(display: str, type_: str, force: bool) -> int:
+            norm = display.casefold()
+            eid = ids.get(norm)
+            if eid is None:
+                row = conn.execute(
+                    "SELECT id FROM entities WHERE norm = ?1 UNION ALL "
+                    "SELECT entity_id FROM aliases WHERE alias_norm = ?1 LIMIT 1",
+                    (norm,),
+                ).fetchone()
+                if row:
+                    eid = int(row[0])
+                else:
+                    cur = conn.execute(
+                        "INSERT INTO entities(name, norm, type, mention_count, created_at, updated_at) "
+                        "VALUES (?, ?, ?, 0, ?, ?)",
+                        (display, norm, type_, now, now),
+                    )
+                    eid = int(cur.lastrowid or 0)
+                    tokens = name_bigrams(norm)
+                    if tokens:
+                        conn.execute("INSERT INTO entity_fts(rowid, tokens) VALUES (?, ?)", (eid, " ".join(tokens)))
+                    report.entities_created += 1
+                ids[norm] = eid
+            bump = bumps.setdefault(eid, [0, "", False])
+            bump[0] += 1
+            if type_ and (force or not bump[2]):
+                bump[1], bump[2] = type_, force
+            return eid
+
+        for t, subject, relation, obj in checked:
+            sid = entity(
+                subject, t.subject_type or ("Person" if relation in OBJECT_TYPES else ""), bool(t.subject_type)
+            )
+            oid = entity(obj, t.object_type or OBJECT_TYPES.get(relation, ""), bool(t.object_type))
+            sentence_id = self._sentence_id(conn, (t.sentence or "").strip() or None, t.media, now)
+            valid_from = t.valid_from if t.valid_from is not None else now
+            src = t.source or source
+            single = t.single if t.single is not None else relation in self.single_valued
+            same: int | None = None
+            newer: tuple[int, float] | None = None
+            rivals: list[tuple[int, str]] = []
+            if single:
+                for rid, roid, rvf, oname in conn.execute(
+                    "SELECT r.id, r.object_id, r.valid_from, e.name FROM relations r JOIN entities e ON e.id = r.object_id "
+                    "WHERE r.subject_id = ? AND r.relation = ? AND r.retired_at IS NULL",
+                    (sid, relation),
+                ).fetchall():
+                    if roid == oid:
+                        same = int(rid)
+                    elif rvf is not None and rvf > valid_from:
+                        newer = (int(rid), float(rvf))
+                    else:
+                        rivals.append((int(rid), str(oname)))
+            else:
+                # One statement for the common case: insert, or reinforce the current copy.
+                rid, mentions = conn.execute(
+                    "INSERT INTO relations(subject_id, relation, object_id, confidence, sentence_id, scene, source, "
+                    "valid_from, recorded_at, last_seen) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?9) "
+                    "ON CONFLICT(subject_id, relation, object_id) WHERE retired_at IS NULL DO UPDATE SET "
+                    "mention_count = mention_count + 1, last_seen = ?9, confidence = MAX(confidence, ?4), "
+                    "sentence_id = COALESCE(sentence_id, ?5), scene = COALESCE(scene, ?6), "
+                    "valid_from = MIN(COALESCE(valid_from, ?8), ?8) RETURNING id, mention_count",
+                    (sid, relation, oid, t.confidence, sentence_id, t.scene, src, valid_from, now),
+                ).fetchone()
+                if mentions > 1:
+                    report.reinforced += 1
+                else:
+                    report.added += 1
+                report.relation_ids.append(int(rid))
+                continue
+            if same is not None:
+                conn.execute(
+                    "UPDATE relations SET mention_count = mention_count + 1, last_seen = ?, "
+                    "confidence = MAX(confidence, ?), sentence_id = COALESCE(sentence_id, ?), "
+                    "scene = COALESCE(scene, ?), valid_from = MIN(COALESCE(valid_from, ?), ?) WHERE id = ?",
+                    (now, t.confidence, sentence_id, t.scene, valid_from, valid_from, same),
+                )
+                report.reinforced += 1
+                report.relation_ids.append(same)
+                continue
+            if newer is not None:
+                # An older fact arriving late (e.g. archived from a cold document): history, not news.
+                cur = conn.execute(
+                    "INSERT INTO relations(subject_id, relation, object_id, confidence, sentence_id, scene, source, "
+                    "valid_from, valid_to, recorded_at, retired_at, retired_by, retire_reason, last_seen) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        *(sid, relation, oid, t.confidence, sentence_id, t.scene, src, valid_from, newer[1], now, now),
+                        *(newer[0], RETIRE_SUPERSEDED, now),
+                    ),
+                )
+                report.historical += 1
+                report.relation_ids.append(int(cur.lastrowid or 0))
+                continue
+            cur = conn.execute(
+                "INSERT INTO relations(subject_id, relation, object_id, confidence, sentence_id, scene, source, "
+                "valid_from, recorded_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (sid, relation, oid, t.confidence, sentence_id, t.scene, src, valid_from, now, now),
+            )
+            new_id = int(cur.lastrowid or 0)
+            for rid, oname in rivals:
+                conn.execute(
+                    "UPDATE relations SET retired_at = ?, valid_to = ?, retired_by = ?, retire_reason = ? WHERE id = ?",
+                    (now, valid_from, new_id, RETIRE_SUPERSEDED, rid),
+                )
+                report.superseded.append(f"{subject} --{relation}--> {oname}")
+                log.info("memory: %s --%s--> %s superseded by %s", subject, relation, oname, obj)
+            report.added += 1
+            report.relation_ids.append(new_id)
+        conn.executemany(
+            "UPDATE entities SET mention_count = mention_count + ?1, updated_at = ?2, "
+            "type = CASE WHEN ?3 = '' THEN type WHEN ?4 THEN ?3 WHEN type = '' THEN ?3 ELSE type END WHERE id = ?5",
+            [(b[0], now, b[1], int(b[2]), eid) for eid, b in bumps.items()],
+        )
+        return report
+
+    # ------------------------------------------------------------- recall
+    async def recall(
+        self,
+        query: Sequence[str] | str,
+        depth: int = 2,
+        *,
+        entity_ids: Sequence[int] = (),
+        include_history: bool = False,
+        as_of: float | None = None,
+        sort: str = "relevance",
+        max_seeds: int = 10,
+        fanout: int = 20,
+        max_relations: int = 100,
+    ) -> Recall:
+        """Entities matching ``query`` (exact, alias, substring) plus ``entity_ids``, then BFS ``depth`` hops.
+
+        Current facts only, unless ``include_history`` (also retired ones) or
+        ``as_of`` (the facts that were valid at that time, retractions left out).
+        """
+        if isinstance(query, str):
+            query = split_keywords(query)
+        keywords = [k for k in (_safe_norm(q) for q in query) if k]
+        depth = max(0, min(int(depth), 4))
+        if sort not in ("relevance", "recent"):
+            raise GraphError("sort must be 'relevance' or 'recent'")
+        return await self._read(
+            lambda c: self._recall_tx(
+                c, keywords, list(entity_ids), depth, include_history, as_of, sort, max_seeds, fanout, max_relations
+            )
+        )
+
+    def _match(self, conn: sqlite3.Connection, keywords: list[str], limit: int) -> list[int]:
+        ranked: dict[int, tuple[int, int, int]] = {}  # id -> (tier, -mentions, length)
+
+        def add(eid: int, tier: int, mentions: int, length: int) -> None:
+            key = (tier, -mentions, length)
+            if eid not in ranked or key < ranked[eid]:
+                ranked[eid] = key
+
+        for kw in keywords:
+            for eid, mentions, length, tier in conn.execute(
+                "SELECT id, mention_count, length(norm), 0 FROM entities WHERE norm = ?1 UNION ALL "
+                "SELECT e.id, e.mention_count, length(e.norm), 1 FROM aliases a JOIN entities e ON e.id = a.entity_id "
+                "WHERE a.alias_norm = ?1",
+                (kw,),
+            ):
+                add(int(eid), int(tier), int(mentions), int(length))
+            tokens = name_bigrams(kw)
+            if not tokens:
+                continue
+            if len(tokens) > 4:
+                # Every bigram of a long keyword is in a name that contains it: four spread-out ones
+                # narrow the candidates as well as a phrase of all of them, at a fraction of the cost.
+                step = (len(tokens) - 1) / 3
+                tokens = list(dict.fromkeys(tokens[round(i * step)] for i in range(4)))
+            phrase = " AND ".join(f'"{t}"' for t in tokens)
+            for eid, mentions, length in conn.execute(
+                "SELECT e.id, e.mention_count, length(e.norm) FROM "
+                "(SELECT rowid FROM entity_fts WHERE entity_fts MATCH ? LIMIT 400) f "
+                "JOIN entities e ON e.id = f.rowid WHERE instr(e.norm, ?) > 0",
+                (phrase, kw),
+            ):
+                add(int(eid), 2, int(mentions), int(length))
+        return [eid for eid, _ in sorted(ranked.items(), key=lambda kv: kv[1])[:limit]]
+
+    def _edges(
+        self, conn: sqlite3.Connection, node: int, limit: int, include_history: bool, as_of: float | None
+    ) -> list[tuple[Any, ...]]:
+        cols = (
+            "id, subject_id, relation, object_id, confidence, sentence_id, scene, source, valid_from, valid_to, "
+            "recorded_at, retired_at, retire_reason, mention_count"
+        )
+        if not include_history and as_of is None:
+            return conn.execute(
+                f"SELECT * FROM (SELECT {cols} FROM relations WHERE subject_id = ?1 AND retired_at IS NULL "
+                "ORDER BY recorded_at DESC LIMIT ?2) UNION ALL "
+                f"SELECT * FROM (SELECT {cols} FROM relations WHERE object_id = ?1 AND retired_at IS NULL "
+                "ORDER BY recorded_at DESC LIMIT ?2)",
+                (node, limit),
+            ).fetchall()
+        where = ""
+        params: tuple[Any, ...] = (node, limit)
+        if as_of is not None:
+            where = (
+                " AND (valid_from IS NULL OR valid_from <= ?3) AND (valid_to IS NULL OR valid_to > ?3)"
+                f" AND (retire_reason IS NULL OR retire_reason NOT IN {RETRACTED!r})"
+            )
+            params = (node, limit, as_of)
+        return conn.execute(
+            f"SELECT * FROM (SELECT {cols} FROM relations WHERE subject_id = ?1{where} "
+            "ORDER BY recorded_at DESC LIMIT ?2) UNION ALL "
+            f"SELECT * FROM (SELECT {cols} FROM relations WHERE object_id = ?1{where} "
+            "ORDER BY recorded_at DESC LIMIT ?2)",
+            params,
+        ).fetchall()
+
+    def _recall_tx(
+        self,
+        conn: sqlite3.Connection,
+        keywords: list[str],
+        extra_ids: list[int],
+        depth: int,
+        include_history: bool,
+        as_of: float | None,
+        sort: str,
+        max_seeds: int,
+        fanout: int,
+        max_relations: int,
+    ) -> Recall:
+        seeds = self._match(conn, keywords, max_seeds)
+        for eid in extra_ids:
+            if len(seeds) >= max_seeds:
+                break
+            if eid not in seeds:
+                seeds.append(int(eid))
+        if not seeds:
+            return Recall()
+        entity_rows = self._entities_by_id(conn, seeds)
+        seeds = [s for s in seeds if s in entity_rows]  # vector seeds may name merged/deleted entities
+        seen: dict[int, int] = {s: 0 for s in seeds}
+        rels: dict[int, tuple[tuple[Any, ...], int]] = {}
+        frontier = list(seeds)
+        for hop in range(1, depth + 1):
+            nxt: list[int] = []
+            for node in frontier:
+                if len(rels) >= max_relations:
+                    break
+                for row in self._edges(conn, node, fanout, include_history, as_of):
+                    if row[0] in rels:
+                        continue
+                    if len(rels) >= max_relations:
+                        break
+                    rels[row[0]] = (row, hop)
+                    other = row[3] if row[1] == node else row[1]
+                    if other not in seen:
+                        seen[other] = hop
+                        nxt.append(other)
+            frontier = nxt
+            if not frontier:
+                break
+        entity_rows.update(self._entities_by_id(conn, [e for e in seen if e not in entity_rows]))
+        sentence_ids = {row[5] for row, _ in rels.values() if row[5] is not None}
+        sentences = self._sentences_by_id(conn, sentence_ids)
+        relations: list[Relation] = []
+        for row, hop in rels.values():
+            s, o = entity_rows.get(row[1]), entity_rows.get(row[3])
+            if s is None or o is None:
+                continue
+            relations.append(
+                Relation(
+                    row[0], s.name, row[2], o.name, row[1], row[3], row[4],
+                    sentences.get(row[5]) if row[5] is not None else None,
+                    row[6], row[7], row[8], row[9], row[10], row[11], row[12], row[13], hop,
+                )
+            )  # fmt: skip
+        if sort == "recent":
+            relations.sort(key=lambda r: -r.recorded_at)
+        else:
+            relations.sort(key=lambda r: (r.hop, not r.current, -r.mention_count, -r.confidence, -r.recorded_at))
+        aliases = self._aliases_of(conn, seeds)
+        seed_entities = [_with_aliases(entity_rows[s], aliases.get(s, ())) for s in seeds]
+        others = sorted(
+            (entity_rows[e] for e in seen if e in entity_rows and e not in seeds),
+            key=lambda e: (seen[e.id], -e.mention_count),
+        )
+        return Recall(seeds=seed_entities, entities=seed_entities + others, relations=relations)
+
+    def _entities_by_id(self, conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, Entity]:
+        out: dict[int, Entity] = {}
+        for chunk in _chunks(list(ids), 500):
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(
+                f"SELECT id, name, type, mention_count, created_at, updated_at FROM entities WHERE id IN ({marks})",
+                chunk,
+            ):
+                out[int(row[0])] = Entity(int(row[0]), row[1], row[2], int(row[3]), row[4], row[5])
+        return out
+
+    def _sentences_by_id(self, conn: sqlite3.Connection, ids: Iterable[int]) -> dict[int, str]:
+        out: dict[int, str] = {}
+        for chunk in _chunks(list(ids), 500):
+            marks = ",".join("?" * len(chunk))
+            for sid, text in conn.execute(f"SELECT id, text FROM sentences WHERE id IN ({marks})", chunk):
+                out[int(sid)] = text
+        return out
+
+    def _aliases_of(self, conn: sqlite3.Connection, ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
+        out: dict[int, list[str]] = {}
+        for chunk in _chunks(list(ids), 500):
+            marks = ",".join("?" * len(chunk))
+            for eid, alias in conn.execute(
+                f"SELECT entity_id, alias FROM aliases WHERE entity_id IN ({marks}) ORDER BY alias", chunk
+            ):
+                out.setdefault(int(eid), []).append(alias)
+        return {k: tuple(v) for k, v in out.items()}
+
+    async def entity(self, name: str) -> Entity | None:
+        """One entity by name or alias, with its aliases."""
+
+        def run(conn: sqlite3.Connection) -> Entity | None:
+            eid = self._resolve(conn, name)
+            if eid is None:
+                return None
+            ent = self._entities_by_id(conn, [eid]).get(eid)
+            return _with_aliases(ent, self._aliases_of(conn, [eid]).get(eid, ())) if ent else None
+
+        return await self._read(run)
+
+    async def history(self, subject: str, relation: str | None = None) -> list[Relation]:
+        """Every relation (current and retired) with ``subject`` as subject, newest first."""
+        result = await self.recall(
+            [subject], depth=1, include_history=True, max_seeds=1, fanout=500, max_relations=2000
+        )
+        if not result.seeds:
+            return []
+        sid = result.seeds[0].id
+        rel = norm_relation(relation) if relation else None
+        out = [r for r in result.relations if r.subject_id == sid and (rel is None or r.relation == rel)]
+        out.sort(key=lambda r: (-(r.valid_from or 0), -r.recorded_at))
+        return out
+
+    # ------------------------------------------------------------- maintenance operations
+    async def merge_entities(self, source: str, target: str) -> int:
+        """Fold ``source`` into ``target``: its relations move, its name becomes an alias. Returns moved relations."""
+        return await self._write(lambda c: self._merge_tx(c, source, target), structural=True)
+
+    def _merge_tx(self, conn: sqlite3.Connection, source: str, target: str) -> int:
+        sid = self._must_resolve(conn, source)
+        tid = self._must_resolve(conn, target)
+        if sid == tid:
+            raise GraphError(
+                f"cannot merge {clean_name(source)[:80]!r} into {clean_name(target)[:80]!r}: they are the same entity"
+            )
+        now = self._clock()
+        src_row = conn.execute("SELECT name, norm, type, mention_count FROM entities WHERE id = ?", (sid,)).fetchone()
+        moved = 0
+        rows = conn.execute(
+            "SELECT id, subject_id, relation, object_id, retired_at, mention_count FROM relations "
+            "WHERE subject_id = ?1 OR object_id = ?1",
+            (sid,),
+        ).fetchall()
+        # Retire the source's current copies first so the unique index never sees two current duplicates.
+        for rid, subj, rel, obj, retired, mentions in rows:
+            new_s = tid if subj == sid else subj
+            new_o = tid if obj == sid else obj
+            if retired is None:
+                if new_s == new_o:
+                    conn.execute(
+                        "UPDATE relations SET retired_at = ?, retire_reason = ? WHERE id = ?", (now, RETIRE_MERGED, rid)
+                    )
+                    conn.execute("UPDATE relations SET subject_id = ?, object_id = ? WHERE id = ?", (new_s, new_o, rid))
+                    continue
+                dup = conn.execute(
+                    "SELECT id FROM relations WHERE subject_id = ? AND relation = ? AND object_id = ? "
+                    "AND retired_at IS NULL AND id != ?",
+                    (new_s, rel, new_o, rid),
+                ).fetchone()
+                if dup:
+                    conn.execute(
+                        "UPDATE relations SET mention_count = mention_count + ?, last_seen = ? WHERE id = ?",
+                        (mentions, now, dup[0]),
+                    )
+                    conn.execute(
+                        "UPDATE relations SET retired_at = ?, retired_by = ?, retire_reason = ?, subject_id = ?, "
+                        "object_id = ? WHERE id = ?",
+                        (now, dup[0], RETIRE_MERGED, new_s, new_o, rid),
+                    )
+                    continue
+            conn.execute("UPDATE relations SET subject_id = ?, object_id = ? WHERE id = ?", (new_s, new_o, rid))
+            moved += 1
+        conn.execute(
+            "UPDATE entities SET mention_count = mention_count + ?, updated_at = ?, "
+            "type = CASE WHEN type = '' THEN ? ELSE type END WHERE id = ?",
+            (src_row[3], now, src_row[2], tid),
+        )
+        conn.execute("UPDATE aliases SET entity_id = ? WHERE entity_id = ?", (tid, sid))
+        self._delete_entity_row(conn, sid)
+        conn.execute(
+            "INSERT INTO aliases(alias_norm, alias, entity_id) VALUES (?, ?, ?) "
+            "ON CONFLICT(alias_norm) DO UPDATE SET entity_id = excluded.entity_id",
+            (src_row[1], src_row[0], tid),
+        )
+        conn.execute("DELETE FROM merge_blocks WHERE a_norm = ? OR b_norm = ?", (src_row[1], src_row[1]))
+        log.info("memory: merged entity %r into #%d (%d relations moved)", src_row[0], tid, moved)
+        return moved
+
+    async def add_alias(self, name: str, alias: str) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            eid = self._must_resolve(conn, name)
+            display = clean_name(alias, "alias")
+            other = self._resolve(conn, display)
+            if other is not None and other != eid:
+                raise GraphError(f"{display!r} already names another entity; merge them instead")
+            if other is None:
+                conn.execute(
+                    "INSERT INTO aliases(alias_norm, alias, entity_id) VALUES (?, ?, ?)",
+                    (display.casefold(), display, eid),
+                )
+
+        await self._write(run)
+
+    async def purge(self, criteria: Mapping[str, str], mode: str = "soft") -> int:
+        """Retire (soft) or delete (hard) the relations matching every given criterion; returns how many.
+
+        Criteria: ``subject_contains``, ``relation_type``, ``target_contains``
+        (substring matches, case-insensitive; ``%`` and ``_`` are plain characters).
+        """
+        if mode not in ("soft", "hard"):
+            raise GraphError("mode must be 'soft' or 'hard'")
+        known = {"subject_contains", "relation_type", "target_contains"}
+        unknown = set(criteria) - known
+        if unknown:
+            raise GraphError(f"unknown purge criteria: {', '.join(sorted(unknown))}; use {', '.join(sorted(known))}")
+        crit = {k: v for k, v in criteria.items() if isinstance(v, str) and v.strip()}
+        if not crit:
+            raise GraphError("purge needs at least one of subject_contains, relation_type, target_contains")
+        where = ["1 = 1"]
+        params: list[Any] = []
+        if "subject_contains" in crit:
+            where.append("instr(s.norm, ?) > 0")
+            params.append(norm_name(crit["subject_contains"]))
+        if "relation_type" in crit:
+            where.append("r.relation = ?")
+            params.append(norm_relation(crit["relation_type"]))
+        if "target_contains" in crit:
+            where.append("instr(o.norm, ?) > 0")
+            params.append(norm_name(crit["target_contains"]))
+        if mode == "soft":
+            where.append("r.retired_at IS NULL")
+        sql = (
+            "SELECT r.id FROM relations r JOIN entities s ON s.id = r.subject_id "
+            f"JOIN entities o ON o.id = r.object_id WHERE {' AND '.join(where)}"
+        )
+
+        def run(conn: sqlite3.Connection) -> int:
+            ids = [int(r[0]) for r in conn.execute(sql, params)]
+            now = self._clock()
+            for chunk in _chunks(ids, 500):
+                marks = ",".join("?" * len(chunk))
+                if mode == "soft":
+                    conn.execute(
+                        f"UPDATE relations SET retired_at = ?, retire_reason = ? WHERE id IN ({marks})",
+                        [now, RETIRE_PURGED, *chunk],
+                    )
+                else:
+                    conn.execute(f"DELETE FROM relations WHERE id IN ({marks})", chunk)
+            log.info("memory: purge %s %s matched %d relations", mode, crit, len(ids))
+            return len(ids)
+
+        return await self._write(run, structural=mode == "hard")
+
+    async def edit(
+        self,
+        old_subject: str,
+        old_relation: str,
+        old_object: str,
+        *,
+        new_subject: str | None = None,
+        new_relation: str | None = None,
+        new_object: str | None = None,
+    ) -> Relation:
+        """Correct a recorded fact: the old one is retracted (``edited``), the corrected one keeps its validity start."""
+        if not any(v and str(v).strip() for v in (new_subject, new_relation, new_object)):
+            raise GraphError("memory_edit needs at least one of new_subject, new_relation, new_object")
+
+        def run(conn: sqlite3.Connection) -> int:
+            sid = self._must_resolve(conn, old_subject)
+            oid = self._must_resolve(conn, old_object)
+            rel = norm_relation(old_relation)
+            row = conn.execute(
+                "SELECT id, confidence, sentence_id, scene, source, valid_from FROM relations "
+                "WHERE subject_id = ? AND relation = ? AND object_id = ? AND retired_at IS NULL",
+                (sid, rel, oid),
+            ).fetchone()
+            if row is None:
+                raise GraphError(
+                    f"no current fact {clean_name(old_subject)[:60]} --{rel}--> {clean_name(old_object)[:60]}"
+                )
+            now = self._clock()
+            ns, _ = self._upsert_entity(conn, new_subject, "", now) if new_subject else (sid, False)
+            no, _ = self._upsert_entity(conn, new_object, "", now) if new_object else (oid, False)
+            nr = norm_relation(new_relation) if new_relation else rel
+            if (ns, nr, no) == (sid, rel, oid):
+                raise GraphError("the edit changes nothing")
+            conn.execute(
+                "UPDATE relations SET retired_at = ?, retire_reason = ? WHERE id = ?", (now, RETIRE_EDITED, row[0])
+            )
+            dup = conn.execute(
+                "SELECT id FROM relations WHERE subject_id = ? AND relation = ? AND object_id = ? AND retired_at IS NULL",
+                (ns, nr, no),
+            ).fetchone()
+            if dup:
+                conn.execute("UPDATE relations SET retired_by = ? WHERE id = ?", (dup[0], row[0]))
+                return int(dup[0])
+            cur = conn.execute(
+                "INSERT INTO relations(subject_id, relation, object_id, confidence, sentence_id, scene, source, "
+                "valid_from, recorded_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (ns, nr, no, row[1], row[2], row[3], row[4] or "edit", row[5], now, now),
+            )
+            new_id = int(cur.lastrowid or 0)
+            conn.execute("UPDATE relations SET retired_by = ? WHERE id = ?", (new_id, row[0]))
+            return new_id
+
+        new_id = await self._write(run)
+        return (await self.relations_by_id([new_id]))[0]
+
+    async def relations_by_id(self, ids: Sequence[int]) -> list[Relation]:
+        def run(conn: sqlite3.Connection) -> list[Relation]:
+            out: list[Relation] = []
+            for chunk in _chunks(list(ids), 500):
+                marks = ",".join("?" * len(chunk))
+                rows = conn.execute(
+                    "SELECT id, subject_id, relation, object_id, confidence, sentence_id, scene, source, valid_from, "
+                    f"valid_to, recorded_at, retired_at, retire_reason, mention_count FROM relations WHERE id IN ({marks})",
+                    chunk,
+                ).fetchall()
+                ents = self._entities_by_id(conn, {r[1] for r in rows} | {r[3] for r in rows})
+                sents = self._sentences_by_id(conn, {r[5] for r in rows if r[5] is not None})
+                for row in rows:
+                    s, o = ents.get(row[1]), ents.get(row[3])
+                    if s and o:
+                        out.append(
+                            Relation(
+                                id=row[0],
+                                subject=s.name,
+                                relation=row[2],
+                                object=o.name,
+                                subject_id=row[1],
+                                object_id=row[3],
+                                confidence=row[4],
+                                sentence=sents.get(row[5]),
+                                scene=row[6],
+                                source=row[7],
+                                valid_from=row[8],
+                                valid_to=row[9],
+                                recorded_at=row[10],
+                                retired_at=row[11],
+                                retire_reason=row[12],
+                                mention_count=row[13],
+                            )
+                        )
+            return out
+
+        return await self._read(run)
+
+    async def delete_entity(self, name: str) -> dict[str, Any]:
+        """Remove an entity, its aliases and every relation (current and past) that mentions it."""
+
+        def run(conn: sqlite3.Connection) -> dict[str, Any]:
+            eid = self._must_resolve(conn, name)
+            display = conn.execute("SELECT name FROM entities WHERE id = ?", (eid,)).fetchone()[0]
+            cur = conn.execute("DELETE FROM relations WHERE subject_id = ?1 OR object_id = ?1", (eid,))
+            self._delete_entity_row(conn, eid)
+            log.info("memory: deleted entity %r and %d relations", display, cur.rowcount)
+            return {"deleted": display, "relations_deleted": cur.rowcount}
+
+        return await self._write(run, structural=True)
+
+    async def block_merge(self, entity_a: str, entity_b: str, rounds: int) -> dict[str, Any]:
+        """Keep the merge loop from proposing ``entity_a``/``entity_b`` for ``rounds`` heartbeats."""
+        a, b = sorted((norm_name(entity_a), norm_name(entity_b)))
+        if a == b:
+            raise GraphError("entity_a and entity_b are the same name")
+        rounds = int(rounds)
+        if rounds < 0:
+            raise GraphError("rounds must be 0 or more (0 lifts the block)")
+
+        def run(conn: sqlite3.Connection) -> None:
+            if rounds == 0:
+                conn.execute("DELETE FROM merge_blocks WHERE a_norm = ? AND b_norm = ?", (a, b))
+            else:
+                conn.execute(
+                    "INSERT INTO merge_blocks(a_norm, b_norm, rounds) VALUES (?, ?, ?) "
+                    "ON CONFLICT(a_norm, b_norm) DO UPDATE SET rounds = excluded.rounds",
+                    (a, b, rounds),
+                )
+
+        await self._write(run)
+        return {"entity_a": entity_a, "entity_b": entity_b, "rounds": rounds}
+
+    async def merge_blocked(self) -> set[tuple[str, str]]:
+        return await self._read(lambda c: {(a, b) for a, b in c.execute("SELECT a_norm, b_norm FROM merge_blocks")})
+
+    async def tick_merge_blocks(self) -> None:
+        """One merge heartbeat: every block loses a round; exhausted blocks lapse."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE merge_blocks SET rounds = rounds - 1")
+            conn.execute("DELETE FROM merge_blocks WHERE rounds <= 0")
+
+        await self._write(run, bump=False)
+
+    # ------------------------------------------------------------- statistics and listings
+    async def introspect(self, *, hot: int = 10) -> dict[str, Any]:
+        def run(conn: sqlite3.Connection) -> dict[str, Any]:
+            one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+            stats: dict[str, Any] = {
+                "entities": one("SELECT count(*) FROM entities"),
+                "relations": one("SELECT count(*) FROM relations WHERE retired_at IS NULL"),
+                "retired_relations": one("SELECT count(*) FROM relations WHERE retired_at IS NOT NULL"),
+                "aliases": one("SELECT count(*) FROM aliases"),
+                "sentences": one("SELECT count(*) FROM sentences"),
+                "pending_raw_records": one("SELECT count(*) FROM raw_records WHERE distilled_at IS NULL"),
+                "merge_blocks": one("SELECT count(*) FROM merge_blocks"),
+                "schema_version": one("PRAGMA user_version"),
+            }
+            stats["hot_entities"] = [
+                {"name": n, "type": t, "mention_count": m}
+                for n, t, m in conn.execute(
+                    "SELECT name, type, mention_count FROM entities ORDER BY mention_count DESC LIMIT ?", (hot,)
+                )
+            ]
+            stats["relation_types"] = {
+                rel: n
+                for rel, n in conn.execute(
+                    "SELECT relation, count(*) AS n FROM relations WHERE retired_at IS NULL "
+                    "GROUP BY relation ORDER BY n DESC LIMIT 15"
+                )
+            }
+            return stats
+
+        stats = await self._read(run)
+        with contextlib.suppress(OSError):
+            stats["db_bytes"] = self.path.stat().st_size + _size(self.path.with_name(self.path.name + "-wal"))
+        if self.last_write is not None:
+            stats["last_write"] = iso(self.last_write)
+        return stats
+
+    async def hot_entities(self, limit: int = 10) -> list[Entity]:
+        def run(conn: sqlite3.Connection) -> list[Entity]:
+            return [
+                Entity(int(r[0]), r[1], r[2], int(r[3]), r[4], r[5])
+                for r in conn.execute(
+                    "SELECT id, name, type, mention_count, created_at, updated_at FROM entities "
+                    "ORDER BY mention_count DESC LIMIT ?",
+                    (limit,),
+                )
+            ]
+
+        return await self._read(run)
+
+    async def all_entities(self, *, limit: int = 100_000) -> list[Entity]:
+        def run(conn: sqlite3.Connection) -> list[Entity]:
+            return [
+                Entity(int(r[0]), r[1], r[2], int(r[3]), r[4], r[5])
+                for r in conn.execute(
+                    "SELECT id, name, type, mention_count, created_at, updated_at FROM entities "
+                    "ORDER BY mention_count DESC LIMIT ?",
+                    (limit,),
+                )
+            ]
+
+        return await self._read(run)
+
+    async def current_relations(self, *, limit: int = 500, offset_id: int = 0) -> list[Relation]:
+        """Current relations in id order, a page at a time (the review loop walks them)."""
+        ids = await self._read(
+            lambda c: [
+                int(r[0])
+                for r in c.execute(
+                    "SELECT id FROM relations WHERE retired_at IS NULL AND id > ? ORDER BY id LIMIT ?",
+                    (offset_id, limit),
+                )
+            ]
+        )
+        return sorted(await self.relations_by_id(ids), key=lambda r: r.id)
+
+    async def retire(self, relation_ids: Sequence[int], reason: str = RETIRE_EDITED) -> int:
+        """Retract relations by id (the review loop's verdict); returns how many were current."""
+
+        def run(conn: sqlite3.Connection) -> int:
+            now = self._clock()
+            n = 0
+            for chunk in _chunks(list(relation_ids), 500):
+                marks = ",".join("?" * len(chunk))
+                n += conn.execute(
+                    f"UPDATE relations SET retired_at = ?, retire_reason = ? WHERE retired_at IS NULL AND id IN ({marks})",
+                    [now, reason, *chunk],
+                ).rowcount
+            return n
+
+        return await self._write(run)
+
+    # ------------------------------------------------------------- entity embeddings (for the indexer)
+    async def unembedded_entities(self, limit: int) -> list[tuple[int, str]]:
+        return await self._read(
+            lambda c: [
+                (int(i), n)
+                for i, n in c.execute(
+                    "SELECT id, name FROM entities WHERE embedding IS NULL ORDER BY mention_count DESC LIMIT ?",
+                    (limit,),
+                )
+            ]
+        )
+
+    async def store_embeddings(self, model: str, rows: Sequence[tuple[int, np.ndarray]]) -> None:
+        payload = [(np.asarray(v, dtype=np.float32).tobytes(), model, int(i)) for i, v in rows]
+        await self._write(
+            lambda c: c.executemany("UPDATE entities SET embedding = ?, embed_model = ? WHERE id = ?", payload),
+            bump=False,
+        )
+
+    async def forget_embeddings_not_from(self, model: str) -> int:
+        """Clear vectors made by another model (scores across models are meaningless)."""
+        return await self._write(
+            lambda c: (
+                c.execute(
+                    "UPDATE entities SET embedding = NULL, embed_model = NULL "
+                    "WHERE embedding IS NOT NULL AND embed_model IS NOT ?",
+                    (model,),
+                ).rowcount
+            ),
+            bump=False,
+        )
+
+    async def load_embeddings(self, model: str, dim: int, limit: int) -> tuple[np.ndarray, np.ndarray]:
+        def run(conn: sqlite3.Connection) -> tuple[np.ndarray, np.ndarray]:
+            ids: list[int] = []
+            vecs: list[bytes] = []
+            for eid, blob in conn.execute(
+                "SELECT id, embedding FROM entities WHERE embedding IS NOT NULL AND embed_model = ? "
+                "ORDER BY mention_count DESC LIMIT ?",
+                (model, limit),
+            ):
+                if len(blob) == dim * 4:
+                    ids.append(int(eid))
+                    vecs.append(blob)
+            mat = (
+                np.frombuffer(b"".join(vecs), dtype=np.float32).reshape(len(ids), dim)
+                if ids
+                else np.zeros((0, dim), np.float32)
+            )
+            return np.asarray(ids, dtype=np.int64), mat.copy()
+
+        return await self._read(run)
+
+    # ------------------------------------------------------------- raw records (rule distiller input)
+    async def add_raw_record(
+        self, content: str, *, role: str, session: str = "", speaker: str = "", ts: float | None = None
+    ) -> int:
+        stamp = self._clock() if ts is None else ts
+        return await self._write(
+            lambda c: int(
+                c.execute(
+                    "INSERT INTO raw_records(session, role, speaker, content, ts) VALUES (?, ?, ?, ?, ?)",
+                    (session, role, speaker, content, stamp),
+                ).lastrowid
+                or 0
+            ),
+            bump=False,
+        )
+
+    async def transact(self, fn: Callable[[sqlite3.Connection], T], *, bump: bool = True) -> T:
+        """Run ``fn(conn)`` as one write transaction on the writer thread (for the distiller and loops)."""
+        return await self._write(fn, bump=bump)
+
+    def commit_in(self, conn: sqlite3.Connection, triples: Sequence[Triple], source: str = "") -> CommitReport:
+        """``commit`` inside a transaction opened by ``transact`` (same validation, same atomicity)."""
+        return self._commit_tx(conn, self._validate(list(triples)), source)
+
+    async def loop_state(self, name: str) -> Any:
+        row = await self._read(lambda c: c.execute("SELECT value FROM loop_state WHERE name = ?", (name,)).fetchone())
+        return json.loads(row[0]) if row else None
+
+    async def set_loop_state(self, name: str, value: Any) -> None:
+        text = json.dumps(value, ensure_ascii=False)
+        await self._write(
+            lambda c: c.execute(
+                "INSERT INTO loop_state(name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                (name, text),
+            ),
+            bump=False,
+        )
+
+    # ------------------------------------------------------------- plugin view
+    def memory_api(self) -> GraphMemoryAPI:
+        return GraphMemoryAPI(self)
+
+
+class GraphMemoryAPI:
+    """The plugin SDK's ``MemoryAPI``: JSON-shaped results, nothing of the store's internals."""
+
+    def __init__(self, graph: GraphDB) -> None:
+        self._graph = graph
+
+    async def recall(self, query: list[str], depth: int = 2) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        result = await self._graph.recall(query, depth)
+        return (
+            [e.to_dict() for e in result.entities],
+            [
+                {"source_name": r.subject, "target_name": r.object, "relation_type": r.relation}
+                for r in result.relations
+            ],
+        )
+
+    async def commit(self, triples: list[dict[str, Any]]) -> dict[str, Any]:
+        return (await self._graph.commit(triples, source="plugin")).to_dict()
+
+    async def introspect(self) -> dict[str, Any]:
+        return await self._graph.introspect()
+
+    async def merge_entities(self, source: str, target: str) -> int:
+        return await self._graph.merge_entities(source, target)
+
+    async def purge(self, criteria: dict[str, str], mode: str = "soft") -> int:
+        return await self._graph.purge(criteria, mode)
+
+
+# --------------------------------------------------------------------------- helpers
+_KW_SPLIT = re.compile(r"[,，、;；\n]+")
+
+
+def split_keywords(text: str) -> list[str]:
+    """``memory_recall``'s ``query_intent``: comma-separated keywords (spaces stay inside a keyword)."""
+    return [k.strip() for k in _KW_SPLIT.split(text or "") if k.strip()]
+
+
+def _safe_norm(keyword: Any) -> str | None:
+    try:
+        return norm_name(keyword)
+    except GraphError:
+        return None
+
+
+def _with_aliases(entity: Entity, aliases: tuple[str, ...]) -> Entity:
+    if not aliases:
+        return entity
+    return Entity(
+        entity.id, entity.name, entity.type, entity.mention_count, entity.created_at, entity.updated_at, aliases
+    )
+
+
+def _chunks(items: list[T], size: int) -> Iterator[list[T]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
