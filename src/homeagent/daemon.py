@@ -38,6 +38,8 @@ from homeagent.io.socket_server import RPCError, SocketServer
 from homeagent.llm_control import LLMControl
 from homeagent.memory.textlog import TextLog
 from homeagent.paths import DataPaths
+from homeagent.plugins.proc.plugin import ProcOptions, make_loader
+from homeagent.plugins.proc.supervisor import Supervisor
 from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
 from homeagent.sdk.types import OutputCap, ToolDef
@@ -189,6 +191,15 @@ class Daemon:
             ),
             Path(cfg.get_str("core.plugin.dir", str(self.paths.plugins))),
         )
+        self.supervisor = Supervisor()
+        self.plugins.register_kind(
+            "process",
+            make_loader(
+                self.supervisor,
+                options=ProcOptions(call_timeout=cfg.get_duration("core.agent.tool_timeout", 120.0)),
+                plugins=self.plugins,
+            ),
+        )
         register_rpc(self.socket, self.plugins)
         summary = await self.plugins.load_all()
         log.info("plugins: %s", summary.get("states", summary))
@@ -323,6 +334,7 @@ class Daemon:
             ("socket", lambda: self.socket.close()),
             ("agent", lambda: self.agent.stop()),
             ("plugins", lambda: self.plugins.stop_all()),
+            ("plugin processes", lambda: self.supervisor.close()),
             ("text log", lambda: self.textlog.close()),
             ("llm", lambda: self.llm.close()),
             ("events", lambda: self.events.close()),
@@ -345,7 +357,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "plugin processes": "supervisor", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

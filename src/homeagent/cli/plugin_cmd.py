@@ -61,6 +61,9 @@ def register(sub: Any) -> None:
     init = psub.add_parser("init", help="create a working example plugin to start from")
     init.add_argument("name")
     init.add_argument("--kind", choices=KINDS, default="lua")
+    init.add_argument(
+        "--process", action="store_true", help="with --kind python: run it as a crash-isolated subprocess plugin"
+    )
     init.add_argument("--dir", default=".", help="folder to create it in (default: the current folder)")
     init.set_defaults(func=cmd_init)
 
@@ -340,7 +343,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     target = Path(args.dir).expanduser() / args.name
     if target.exists():
         return _fail(f"{target} already exists")
-    files = scaffold(args.name, args.kind)
+    files = scaffold(args.name, args.kind, process=getattr(args, "process", False))
     for rel, content in files.items():
         path = target / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -369,7 +372,7 @@ def cmd_pack(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- scaffolds
 
 
-def _manifest(name: str, entry: str, description: str) -> str:
+def _manifest(name: str, entry: str, description: str, *, process: bool = False) -> str:
     from homeagent import __version__
 
     data = {
@@ -383,10 +386,12 @@ def _manifest(name: str, entry: str, description: str) -> str:
         "capabilities": [],
         "tags": [],
     }
+    if process:
+        data["runtime"] = "process"
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def scaffold(name: str, kind: str) -> dict[str, str]:
+def scaffold(name: str, kind: str, *, process: bool = False) -> dict[str, str]:
     """The files of a new working plugin of ``kind`` (relative path → content)."""
     tool = name.replace("-", "_") + "_hello"
     if kind == "lua":
@@ -452,7 +457,11 @@ def scaffold(name: str, kind: str) -> dict[str, str]:
             def create_plugin(name: str, config: dict[str, Any]) -> Plugin:
                 return Hello(name)
             '''
-        return {"plugin.json": _manifest(name, "main.py", "A Python plugin."), "main.py": textwrap.dedent(main)}
+        description = "A Python plugin run as a subprocess." if process else "A Python plugin."
+        return {
+            "plugin.json": _manifest(name, "main.py", description, process=process),
+            "main.py": textwrap.dedent(main),
+        }
     if kind == "skill":
         skill = f"""\
             ---

@@ -103,6 +103,8 @@ class Manifest:
 
     @property
     def kind(self) -> str:
+        if self.extra.get("runtime") == "process":
+            return "process"
         return entry_kind(self.entry)
 
     @classmethod
