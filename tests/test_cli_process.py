@@ -142,3 +142,34 @@ async def test_status_json(data_dir: Path, daemon_proc: subprocess.Popen[str]) -
     result = await run_cli(data_dir, "status", "--json")
     status = json.loads(result.out)
     assert status["pid"] == daemon_proc.pid and status["agent"]["busy"] is False
+
+
+async def test_run_starts_the_web_ui_on_loopback_and_prints_its_address(data_dir: Path) -> None:
+    assert (await run_cli(data_dir, "config", "set", "webui.listen_addr", "127.0.0.1:0")).code == 0
+    proc = await asyncio.to_thread(
+        subprocess.Popen,
+        [sys.executable, "-m", "homeagent", "--data-dir", str(data_dir), "run"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            line = await asyncio.to_thread(proc.stdout.readline)
+            lines.append(line)
+            if line.strip().startswith("LLM:"):
+                break
+        text = "".join(lines)
+        assert "web UI:   http://127.0.0.1:" in text, text
+        url = text.split("web UI:   ")[1].split()[0].rstrip("/")
+        import httpx
+
+        async with httpx.AsyncClient() as client:
+            assert (await client.get(url + "/api/v1/status")).status_code == 401
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(proc.wait, 15)
+    assert proc.returncode == 0

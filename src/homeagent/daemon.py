@@ -100,6 +100,7 @@ class Daemon:
         self.stopped = asyncio.Event()
         self.notes: list[str] = []
         self.web_url: str | None = None
+        self.web: Any = None  # homeagent.webui.WebUIServer while the web UI runs
         self._undo: list[Callable[[], None]] = []
         self._log_handler: logging.Handler | None = None
         self._llm_reload: asyncio.TimerHandle | None = None
@@ -205,7 +206,19 @@ class Daemon:
         log.info("plugins: %s", summary.get("states", summary))
         self.agent.start()
         await self.socket.start()
+        if self.web_enabled:
+            await self._start_web()
         log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
+
+    async def _start_web(self) -> None:
+        from homeagent.webui import WebUIError, start_webui
+
+        try:
+            self.web = await start_webui(self)  # reads webui.listen_addr / webui.allow_remote
+            self.web_url = self.web.url
+        except WebUIError as exc:  # port taken, remote address refused: run on without the web UI
+            log.error("web UI not started: %s", exc)
+            self.notes.append(f"web UI not started: {exc}")
 
     def _setup_logging(self) -> None:
         level_name = self.log_level or str(self.config.get("core.daemon.log_level") or "info")
@@ -330,6 +343,12 @@ class Daemon:
 
     # ------------------------------------------------------------------- stop
     async def stop(self) -> None:
+        if self.web is not None:
+            try:
+                await asyncio.wait_for(self.web.close(), 10)
+            except Exception:
+                log.exception("stopping the web UI failed")
+            self.web = None
         for name, closer in (
             ("socket", lambda: self.socket.close()),
             ("agent", lambda: self.agent.stop()),
@@ -385,8 +404,11 @@ def run_daemon(paths: DataPaths, *, log_level: str | None = None, web: bool = Tr
         print(f"  socket:   {paths.socket}", flush=True)
         if daemon.web_url:
             print(f"  web UI:   {daemon.web_url}", flush=True)
+        message = daemon.web.new_token_message() if daemon.web else None
+        if message:
+            print(message, flush=True)
         print(f"  LLM:      {daemon.llm.manager.current_source()}", flush=True)
-        for note in daemon.llm.notes:
+        for note in [*daemon.llm.notes, *daemon.notes]:
             print(f"  note: {note}", flush=True)
         await daemon.stopped.wait()
         print("stopping…", flush=True)

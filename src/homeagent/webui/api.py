@@ -1,0 +1,340 @@
+"""The core of /api/v1: sign-in, status, tools, LLM sources, settings and the live event stream.
+
+Settings are generated from the ``ConfigDef``s (grouped by category, secrets
+masked). A PUT is all or nothing: every field is checked first, and if any
+is unknown or invalid nothing is written and each bad field gets its own
+message.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import time
+from typing import Any
+from urllib.parse import parse_qs
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+
+from homeagent.config import ConfigError, coerce
+from homeagent.config.values import base_type
+from homeagent.sdk.types import ConfigDef
+from homeagent.webui.auth import CSRF_COOKIE, PLUGIN, SESSION_COOKIE, TOKEN_HASH_KEY
+from homeagent.webui.common import (
+    ApiError,
+    Op,
+    WebContext,
+    field_str,
+    ok,
+    principal_of,
+    read_body,
+    read_json,
+    read_object,
+)
+from homeagent.webui.sse import SSE_HEADERS, event_stream, parse_last_event_id
+
+log = logging.getLogger("homeagent.webui")
+
+CATEGORY_ORDER = ["llm", "agent", "memory", "input", "webui", "daemon", "paths"]
+READ_ONLY = {f"plugin.{PLUGIN}.{TOKEN_HASH_KEY}": "the API token is changed with `homeagent webui token`"}
+
+
+def client_ip(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+class CoreAPI:
+    def __init__(self, ctx: WebContext) -> None:
+        self.ctx = ctx
+
+    def ops(self) -> list[Op]:
+        return [
+            Op(
+                "POST",
+                "/api/v1/login",
+                self.login,
+                "Sign in with the API token (sets the session cookie)",
+                "session",
+                body={"type": "object", "required": ["token"], "properties": {"token": {"type": "string"}}},
+            ),
+            Op("POST", "/api/v1/logout", self.logout, "Sign out (ends the session)", "session"),
+            Op("GET", "/api/v1/session", self.session, "Who is signed in, and the CSRF token for writes", "session"),
+            Op("GET", "/api/v1/status", self.status, "Daemon status", "status"),
+            Op("GET", "/api/v1/tools", self.tools, "Tools the agent can call", "status"),
+            Op("GET", "/api/v1/channels", self.channels, "Output channels", "status"),
+            Op("GET", "/api/v1/llm/sources", self.llm_sources, "LLM sources in fallback order", "llm"),
+            Op(
+                "POST",
+                "/api/v1/llm/use",
+                self.llm_use,
+                "Make an LLM source the preferred one",
+                "llm",
+                body={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+            ),
+            Op(
+                "POST",
+                "/api/v1/llm/test",
+                self.llm_test,
+                "Send one tiny request to a source",
+                "llm",
+                body={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+            ),
+            Op("GET", "/api/v1/settings", self.settings, "Settings grouped by category (secrets masked)", "settings"),
+            Op(
+                "PUT",
+                "/api/v1/settings",
+                self.put_settings,
+                "Change settings: {key: value, ...}; all or nothing",
+                "settings",
+                body={"type": "object", "additionalProperties": True},
+            ),
+            Op(
+                "GET",
+                "/api/v1/events",
+                self.events,
+                "Live events as SSE; Last-Event-ID replays the ring",
+                "events",
+                query=("types", "last_event_id", "since"),
+                stream=True,
+            ),
+        ]
+
+    # ------------------------------------------------------------ session
+    async def login(self, request: Request) -> Response:
+        ip = client_ip(request)
+        wait = self.ctx.limiter.retry_after(ip)
+        if wait > 0:
+            err = ApiError(429, f"too many failed sign-ins; try again in {int(wait) + 1} s", retry_after=int(wait) + 1)
+            err.headers["Retry-After"] = str(int(wait) + 1)
+            raise err
+        form = request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded")
+        if form:  # the sign-in page without JavaScript
+            raw = (await read_body(request, limit=8192)).decode("utf-8", "replace")
+            token = (parse_qs(raw).get("token") or [""])[0]
+        else:
+            token = field_str(await read_object(request), "token", max_len=512)
+        if not self.ctx.tokens.check(token.strip()):
+            lockout = self.ctx.limiter.failure(ip)
+            log.warning("web UI: failed sign-in from %s%s", ip, f" (locked out for {lockout:.0f} s)" if lockout else "")
+            if form:
+                return RedirectResponse("/login?error=1", status_code=303)
+            raise ApiError(401, "wrong token")
+        self.ctx.limiter.success(ip)
+        session = self.ctx.sessions.create(ip)
+        response: Response = (
+            RedirectResponse("/", status_code=303)
+            if form
+            else JSONResponse({"ok": True, "csrf": session.csrf, "expires": session.expires})
+        )
+        max_age = max(1, int(session.expires - time.time()))
+        response.set_cookie(SESSION_COOKIE, session.id, max_age=max_age, httponly=True, samesite="strict", path="/")
+        response.set_cookie(CSRF_COOKIE, session.csrf, max_age=max_age, httponly=False, samesite="strict", path="/")
+        log.info("web UI: signed in from %s", ip)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        principal = principal_of(request)
+        if principal.session is not None:
+            self.ctx.sessions.delete(principal.session.id)
+        response = JSONResponse({"ok": True})
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        response.delete_cookie(CSRF_COOKIE, path="/")
+        return response
+
+    async def session(self, request: Request) -> Response:
+        principal = principal_of(request)
+        if principal.session is None:
+            return ok({"kind": "token"})
+        return ok({"kind": "session", "csrf": principal.session.csrf, "expires": principal.session.expires})
+
+    # ------------------------------------------------------------ status
+    async def status(self, request: Request) -> Response:
+        status = dict(self.ctx.daemon.status())
+        status["webui"] = {
+            "sessions": len(self.ctx.sessions),
+            "streams": len(self.ctx.streams),
+            "started": self.ctx.started,
+        }
+        status["features"] = features(self.ctx.daemon)
+        return ok(status)
+
+    async def tools(self, request: Request) -> Response:
+        tools = [
+            {"name": t.name, "plugin": t.plugin, "description": t.description, "no_memory": t.no_memory}
+            for t in self.ctx.daemon.tools.tools()
+        ]
+        return ok({"tools": tools})
+
+    async def channels(self, request: Request) -> Response:
+        return ok({"channels": self.ctx.daemon.channels.list()})
+
+    async def llm_sources(self, request: Request) -> Response:
+        return ok(self.ctx.daemon.llm.sources())
+
+    async def llm_use(self, request: Request) -> Response:
+        name = field_str(await read_object(request), "name", max_len=200)
+        try:
+            return ok(self.ctx.daemon.llm.use({"name": name}))
+        except (ValueError, ConfigError) as exc:
+            raise ApiError(400, str(exc)) from None
+
+    async def llm_test(self, request: Request) -> Response:
+        name = field_str(await read_object(request), "name", max_len=200)
+        try:
+            return ok(await self.ctx.daemon.llm.test({"name": name}))
+        except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+
+    # ------------------------------------------------------------ settings
+    async def settings(self, request: Request) -> Response:
+        config = self.ctx.config
+        groups: dict[str, list[dict[str, Any]]] = {}
+        described: set[str] = set()
+        for d in config.defs():
+            described.add(d.key)
+            if d.hidden or d.key in READ_ONLY:
+                continue
+            groups.setdefault(_category(d.key, d.category), []).append(self._describe(d))
+        for key, value in config.dump(mask_secrets=True).items():
+            if key in described or key in READ_ONLY:
+                continue
+            secret = config.is_secret(key)
+            groups.setdefault(_category(key, ""), []).append(
+                {
+                    "key": key,
+                    "type": "json",
+                    "display_name": key.rsplit(".", 1)[-1],
+                    "description": "",
+                    "value": value,
+                    "default": None,
+                    "secret": secret,
+                    "is_set": True,
+                    "options": [],
+                    "min": None,
+                    "max": None,
+                    "step": None,
+                    "required": False,
+                    "placeholder": "",
+                }
+            )
+        order = {name: i for i, name in enumerate(CATEGORY_ORDER)}
+        categories: list[dict[str, Any]] = []
+        for name in sorted(groups, key=lambda n: (order.get(n, 100), n)):
+            items = sorted(groups[name], key=lambda s: str(s["key"]))
+            categories.append({"name": name, "settings": items})
+        return ok({"categories": categories})
+
+    def _describe(self, d: ConfigDef) -> dict[str, Any]:
+        config = self.ctx.config
+        value = config.get(d.key)
+        try:
+            kind = base_type(d.type)
+        except ValueError:
+            kind = "string"
+        if d.type in ("text",):
+            kind = "text"
+        return {
+            "key": d.key,
+            "type": kind,
+            "display_name": d.display_name or d.key,
+            "description": d.description,
+            "value": config.masked(d.key, value) if d.is_secret else value,
+            "default": config.masked(d.key, d.default) if d.is_secret else d.default,
+            "secret": d.is_secret,
+            "is_set": config.has(d.key),
+            "options": list(d.options),
+            "min": d.min,
+            "max": d.max,
+            "step": d.step,
+            "required": d.required,
+            "placeholder": d.placeholder,
+        }
+
+    async def put_settings(self, request: Request) -> Response:
+        body = await read_json(request)
+        if isinstance(body, dict) and isinstance(body.get("values"), dict) and len(body) == 1:
+            body = body["values"]
+        if not isinstance(body, dict) or not body:
+            raise ApiError(400, 'send a JSON object of settings: {"key": value, ...}')
+        config = self.ctx.config
+        errors: dict[str, str] = {}
+        writes: dict[str, Any] = {}
+        for key, value in body.items():
+            try:
+                checked = self._check_setting(key, value)
+            except ValueError as exc:
+                errors[key] = str(exc)
+                continue
+            if checked is not _UNCHANGED:
+                writes[key] = value
+        if errors:
+            raise ApiError(400, "nothing was saved: some settings are invalid", errors=errors)
+        saved: dict[str, Any] = {}
+        for key, value in writes.items():
+            try:
+                stored = config.set(key, value)
+            except ConfigError as exc:  # checked above; only a disk error gets here
+                errors[key] = exc.message
+                continue
+            saved[key] = config.masked(key, stored)
+        if errors:
+            raise ApiError(500, "some settings could not be written", errors=errors, saved=saved)
+        if saved:
+            log.info("web UI changed settings: %s", ", ".join(sorted(saved)))
+        return ok({"saved": saved})
+
+    def _check_setting(self, key: str, value: Any) -> Any:
+        """The value as it would be stored; ValueError with the message for the user."""
+        config = self.ctx.config
+        if key in READ_ONLY:
+            raise ValueError(f"read-only here: {READ_ONLY[key]}")
+        try:
+            d = config.get_def(key)
+        except ConfigError as exc:
+            raise ValueError(exc.message) from None
+        if d is not None and d.hidden:
+            raise ValueError("this setting cannot be changed here")
+        if d is not None and d.is_secret and isinstance(value, str) and value == config.masked(key, config.get(key)):
+            return _UNCHANGED  # the form sent the masked value back untouched
+        if d is None:
+            if not config.has(key):
+                keys = [x.key for x in config.defs()]
+                close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
+                raise ValueError("unknown setting" + (f'; did you mean "{close[0]}"?' if close else ""))
+            return value
+        return coerce(d, value)
+
+    # ------------------------------------------------------------ events
+    async def events(self, request: Request) -> Response:
+        if self.ctx.streams.full():
+            raise ApiError(503, "too many open streams; try again shortly")
+        raw_types = request.query_params.get("types", "")
+        types = [t.strip() for t in raw_types.split(",") if t.strip()] or None
+        header = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
+        last_id = parse_last_event_id(header)
+        if not header and request.query_params.get("since") == "now":
+            ring = self.ctx.daemon.events.recent(0)
+            last_id = ring[-1].id if ring else 0
+        stream = event_stream(self.ctx.daemon.events, self.ctx.streams, last_id=last_id, types=types)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+_UNCHANGED: Any = object()
+
+
+def _category(key: str, category: str) -> str:
+    if key.startswith("plugin."):
+        plugin = key.split(".", 2)[1]
+        return category if category == plugin else f"plugin:{plugin}"
+    if key.startswith("core.llm.sources."):
+        return "llm"
+    return category or "other"
+
+
+def features(daemon: Any) -> dict[str, bool]:
+    """Which optional subsystems this daemon has (the UI hides what is missing)."""
+    from homeagent.webui.manage import find_subsystems
+
+    found = find_subsystems(daemon)
+    return {name: obj is not None for name, obj in found.items()}

@@ -1,0 +1,188 @@
+"""What every part of the web API shares: the context object, errors, JSON bodies, route declarations.
+
+Routes are declared as :class:`Op` values (method, path, handler and what the
+OpenAPI schema says about them), so the router and the published schema are
+built from one list and cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from homeagent.webui.auth import LoginLimiter, Session, SessionStore, TokenStore
+from homeagent.webui.sse import StreamRegistry
+
+if TYPE_CHECKING:
+    from homeagent.config import ConfigRegistry
+
+Handler = Callable[[Request], Awaitable[Response]]
+MAX_JSON_BYTES = 1024 * 1024
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": message, ...extra}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.extra = extra
+        self.headers: dict[str, str] = {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": self.message, **self.extra}, status_code=self.status, headers=self.headers)
+
+
+@dataclass
+class Principal:
+    """Who made a request: the API token, or a browser session."""
+
+    kind: str  # "token" | "session"
+    session: Session | None = None
+
+    @property
+    def key(self) -> str:
+        """Scopes per-client state (chat de-duplication) so nothing leaks between sessions."""
+        return f"session:{self.session.id}" if self.session is not None else "token"
+
+
+@dataclass
+class WebContext:
+    """State of one web server, handed to every route module (no globals)."""
+
+    daemon: Any
+    tokens: TokenStore
+    sessions: SessionStore
+    limiter: LoginLimiter
+    streams: StreamRegistry
+    uploads_dir: Path
+    started: float = field(default_factory=time.time)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    @property
+    def config(self) -> ConfigRegistry:
+        config: ConfigRegistry = self.daemon.config
+        return config
+
+    def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        """A task the server owns (cancelled on close)."""
+        task = asyncio.ensure_future(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+
+@dataclass(frozen=True)
+class Op:
+    """One API operation: routing plus what the OpenAPI schema says about it."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    tag: str
+    body: dict[str, Any] | None = None  # JSON Schema of a JSON request body
+    form: dict[str, Any] | None = None  # JSON Schema of a multipart body
+    query: tuple[str, ...] = ()
+    stream: bool = False  # answers text/event-stream
+
+
+def principal_of(request: Request) -> Principal:
+    principal = request.scope.get("state", {}).get("principal")
+    if not isinstance(principal, Principal):  # the auth middleware always sets it on protected routes
+        raise ApiError(401, "authentication required")
+    return principal
+
+
+async def read_body(request: Request, *, limit: int = MAX_JSON_BYTES) -> bytes:
+    """The whole request body; 413 as soon as it passes ``limit`` bytes (nothing more is buffered)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise ApiError(413, f"request body too large (limit {limit} bytes)")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError(413, f"request body too large (limit {limit} bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, *, limit: int = MAX_JSON_BYTES) -> Any:
+    """The request's JSON body; 413 past ``limit`` bytes, 400 with the parser's message when malformed."""
+    raw = await read_body(request, limit=limit)
+    if not raw.strip():
+        raise ApiError(400, "a JSON body is required")
+    try:
+        return json.loads(raw)
+    except UnicodeDecodeError:
+        raise ApiError(400, "malformed JSON: the body is not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+async def read_object(request: Request) -> dict[str, Any]:
+    body = await read_json(request)
+    if not isinstance(body, dict):
+        raise ApiError(400, f"expected a JSON object, got {type(body).__name__}")
+    return body
+
+
+def field_str(body: dict[str, Any], name: str, *, required: bool = True, max_len: int = 1_000_000) -> str:
+    value = body.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise ApiError(400, f"field {name!r} must be a string", field=name)
+    if required and not value.strip():
+        raise ApiError(400, f"field {name!r} must not be empty", field=name)
+    if len(value) > max_len:
+        raise ApiError(413, f"field {name!r} is too long (limit {max_len} characters)", field=name)
+    return value
+
+
+def query_int(request: Request, name: str, default: int, *, lo: int = 0, hi: int = 1_000_000) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ApiError(400, f"query parameter {name!r} must be a whole number") from None
+    return max(lo, min(hi, value))
+
+
+def jsonable(value: Any) -> Any:
+    """Objects with ``to_dict`` (preferred: their public shape), dataclasses, paths and sets made JSON-able."""
+    if hasattr(value, "to_dict") and callable(value.to_dict) and not isinstance(value, type):
+        return jsonable(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
+def ok(data: Any = None, status: int = 200) -> JSONResponse:
+    return JSONResponse(jsonable(data if data is not None else {"ok": True}), status_code=status)
+
+
+def all_ops(groups: Iterable[list[Op]]) -> list[Op]:
+    return [op for group in groups for op in group]

@@ -1,0 +1,71 @@
+"""The OpenAPI 3.1 document, built from the same :class:`Op` list the router is built from."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from homeagent import __version__
+from homeagent.webui.common import Op
+
+_PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?}")
+
+ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+
+
+def openapi_path(path: str) -> str:
+    """Starlette's ``{name:path}`` becomes OpenAPI's ``{name}``."""
+    return _PARAM.sub(lambda m: "{" + m.group(1) + "}", path)
+
+
+def build_openapi(ops: list[Op]) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for op in ops:
+        path = openapi_path(op.path)
+        params: list[dict[str, Any]] = [
+            {"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
+            for name in _PARAM.findall(op.path)
+        ]
+        params += [{"name": name, "in": "query", "required": False, "schema": {"type": "string"}} for name in op.query]
+        operation: dict[str, Any] = {
+            "summary": op.summary,
+            "tags": [op.tag],
+            "operationId": f"{op.method.lower()}_{re.sub(r'[^a-zA-Z0-9]+', '_', path).strip('_')}",
+            "responses": {
+                "200": (
+                    {"description": "a stream of server-sent events", "content": {"text/event-stream": {}}}
+                    if op.stream
+                    else {"description": "success", "content": {"application/json": {"schema": {"type": "object"}}}}
+                ),
+                "400": {"description": "bad input", "content": {"application/json": {"schema": ERROR}}},
+                "401": {"description": "not signed in", "content": {"application/json": {"schema": ERROR}}},
+            },
+        }
+        if op.path in ("/api/v1/login",):
+            operation["security"] = []
+        if params:
+            operation["parameters"] = params
+        if op.body is not None:
+            operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": op.body}}}
+        elif op.form is not None:
+            operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": op.form}}}
+        paths.setdefault(path, {})[op.method.lower()] = operation
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "HomeAgent API",
+            "version": __version__,
+            "description": "The HTTP API of a HomeAgent daemon. Authenticate with `Authorization: Bearer <token>` "
+            "or `X-API-Key: <token>`; browsers use the session cookie plus `X-CSRF-Token` on writes.",
+        },
+        "servers": [{"url": "/"}],
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+                "session": {"type": "apiKey", "in": "cookie", "name": "homeagent_session"},
+            }
+        },
+        "security": [{"bearer": []}, {"apiKey": []}, {"session": []}],
+        "paths": dict(sorted(paths.items())),
+    }
