@@ -1,0 +1,491 @@
+"""L1: the relevance-pruned context window that gives the agent its recent past.
+
+The window holds time-ordered events (user inputs, agent replies with their
+tool output, and documents recalled from L2). Before each turn ``prune``
+keeps the newest ``keep_recent`` events unconditionally and fills the rest of
+``top_k`` with the events most relevant to the current input (dense + BM25,
+fused); everything else sinks into L2 with its original timestamp, so
+nothing is forgotten, only moved out of the prompt.
+
+The window is saved as JSON, debounced (5 s) and atomically (tmp + fsync +
+rename, the previous good copy kept as ``.bak``): a crash loses at most the
+debounce window and never leaves a half-written file. ``flush()`` makes
+everything appended so far durable.
+
+``append`` is cheap and synchronous (no I/O, no embedding); ``prune``,
+``flush`` and ``close`` are coroutines that do their work in a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from homeagent.memory.cleaners import CleanerChain
+from homeagent.memory.documents import DocDraft, DocumentStore
+from homeagent.memory.embedder import Embedder
+from homeagent.memory.lexical import Analyzer
+from homeagent.memory.retrieval import HybridIndex
+
+EVENT_KINDS = ("user", "agent", "cold_storage")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+FILE_VERSION = 1
+
+
+@dataclass
+class ContextEvent:
+    """One entry of the timeline.
+
+    ``tool_outputs`` is a list of ``{"tool": name, "text": output, "no_memory": bool}``.
+    ``no_memory`` events stay in the timeline but are never embedded or archived.
+    A recalled document keeps its L2 identity in ``meta`` (doc_id, summary, tags,
+    doc_source), so sinking it again restores the same document.
+    """
+
+    kind: str = "user"
+    input: str = ""
+    response: str = ""
+    channel: str = ""
+    source: str = ""
+    tool_outputs: list[dict[str, Any]] = field(default_factory=list)
+    no_memory: bool = False
+    meta: dict[str, Any] = field(default_factory=dict)
+    ts: float = field(default_factory=time.time)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def __post_init__(self) -> None:
+        if self.kind not in EVENT_KINDS:
+            raise ValueError(f"event kind must be one of {EVENT_KINDS}, not {self.kind!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ContextEvent:
+        return cls(
+            kind=str(d.get("kind", "user")),
+            input=str(d.get("input", "")),
+            response=str(d.get("response", "")),
+            channel=str(d.get("channel", "")),
+            source=str(d.get("source", "")),
+            tool_outputs=[dict(t) for t in d.get("tool_outputs", []) or []],
+            no_memory=bool(d.get("no_memory", False)),
+            meta=dict(d.get("meta", {}) or {}),
+            ts=float(d["ts"]),
+            id=str(d["id"]),
+        )
+
+    def stored_text(self) -> str:
+        """What this event contributes to L2 when it sinks (originals, uncleaned, without tool output)."""
+        if self.kind == "agent":
+            return self.response
+        if self.kind == "cold_storage":
+            return "\n".join(p for p in (self.input, self.response) if p)
+        return self.input
+
+
+def _scrub(text: str) -> str:
+    """Replace lone surrogates (from broken decoders) so the JSON file stays valid UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+
+
+class RelevanceContext:
+    """The L1 window. One per agent; the daemon calls ``close()`` on shutdown."""
+
+    def __init__(
+        self,
+        path: Path | str,
+        embedder: Embedder | None,
+        docs: DocumentStore | None,
+        cleaners: CleanerChain,
+        *,
+        top_k: int = 30,
+        keep_recent: int = 10,
+        analyzer: Analyzer | None = None,
+        save_delay: float = 5.0,
+        log: logging.Logger | None = None,
+        read_only: bool = False,
+    ) -> None:
+        if top_k < 1 or keep_recent < 0:
+            raise ValueError("top_k must be >= 1 and keep_recent >= 0")
+        self.path = Path(path)
+        self.embedder = embedder
+        self.docs = docs
+        self.cleaners = cleaners
+        self.top_k = top_k
+        self.keep_recent = min(keep_recent, top_k)
+        self.analyzer = analyzer or (docs.analyzer if docs is not None else Analyzer())
+        self.save_delay = save_delay
+        self.log = log or logging.getLogger(__name__)
+        self.read_only = read_only
+        self._lock = threading.RLock()  # events and index
+        self._io_lock = threading.Lock()  # file writes
+        self._prune_lock = asyncio.Lock()
+        self._events: list[ContextEvent] = []
+        self._ts_keys: list[float] = []
+        self._index = HybridIndex(embedder.dim if embedder is not None else None)
+        self._memtext: dict[str, str] = {}
+        self._gen = 0
+        self._saved_gen = 0
+        self._save_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._load()
+
+    # -- timeline ----------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def timeline(self) -> list[ContextEvent]:
+        """The events in time order (a copy)."""
+        with self._lock:
+            return list(self._events)
+
+    def append(self, event: ContextEvent) -> None:
+        """Add an event at its place in time (cold_storage events carry an old ``ts``)."""
+        if self._closed:
+            raise RuntimeError("context is closed")
+        event.input = _scrub(event.input)
+        event.response = _scrub(event.response)
+        for out in event.tool_outputs:
+            out["text"] = _scrub(str(out.get("text", "")))
+        with self._lock:
+            if any(e.id == event.id for e in self._events[-50:]):
+                return
+            pos = bisect.bisect_right(self._ts_keys, event.ts)
+            self._events.insert(pos, event)
+            self._ts_keys.insert(pos, event.ts)
+        self._mark_dirty()
+
+    def to_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """The timeline as OpenAI-shape chat messages, oldest first (``limit``: only the last N messages).
+
+        user -> ``user``, agent -> ``assistant`` (its reply text), cold_storage ->
+        a ``system`` message marked as recalled memory with its original date.
+        """
+        messages: list[dict[str, Any]] = []
+        for e in self.timeline():
+            if e.kind == "user" and e.input:
+                messages.append({"role": "user", "content": e.input})
+            elif e.kind == "agent" and e.response:
+                messages.append({"role": "assistant", "content": e.response})
+            elif e.kind == "cold_storage":
+                body = "\n".join(p for p in (e.input, e.response) if p)
+                if body:
+                    when = datetime.fromtimestamp(e.ts).strftime("%Y-%m-%d %H:%M")
+                    messages.append({"role": "system", "content": f"【recalled memory · {when}】\n{body}"})
+        if limit is not None:
+            return messages[-limit:] if limit > 0 else []
+        return messages
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            kinds: dict[str, int] = {}
+            for e in self._events:
+                kinds[e.kind] = kinds.get(e.kind, 0) + 1
+            first = self._events[0].ts if self._events else None
+            last = self._events[-1].ts if self._events else None
+        return {
+            "events": len(self._events),
+            "by_kind": kinds,
+            "oldest": datetime.fromtimestamp(first).isoformat(timespec="seconds") if first else "",
+            "newest": datetime.fromtimestamp(last).isoformat(timespec="seconds") if last else "",
+            "top_k": self.top_k,
+            "keep_recent": self.keep_recent,
+            "path": str(self.path),
+            "file_bytes": self.path.stat().st_size if self.path.exists() else 0,
+        }
+
+    # -- pruning -----------------------------------------------------------------------
+    async def prune(self, current_input: str) -> list[ContextEvent]:
+        """Keep the newest ``keep_recent`` and the most relevant rest up to ``top_k``; sink the others to L2."""
+        async with self._prune_lock:
+            kept, changed = await asyncio.to_thread(self.prune_sync, current_input)
+        if changed:
+            self._mark_dirty()
+        return kept
+
+    def prune_sync(self, current_input: str) -> tuple[list[ContextEvent], bool]:
+        """``prune`` for worker threads; returns the kept timeline and whether anything was removed."""
+        events = self.timeline()
+        over = len(events) > self.top_k
+        qtext = self.cleaners.clean(current_input) if over else ""
+        qvec = self._index_events(events, qtext)  # one embedding batch for new events and the query
+        if not over:
+            return events, False
+        n_recent = self.keep_recent
+        candidates = events[: len(events) - n_recent]
+        slots = self.top_k - n_recent
+        tokens = self.analyzer.tokens(qtext)
+        ts_of = {e.id: e.ts for e in candidates}
+        hits = self._index.rank(tokens, qvec, [e.id for e in candidates])
+        hits.sort(key=lambda h: (-h.score, -h.dense, -ts_of[h.key]))
+        keep = {h.key for h in hits[:slots]}
+        pruned = [e for e in candidates if e.id not in keep]
+        try:
+            self._sink(pruned)
+        except Exception as exc:
+            self.log.warning(
+                "context: could not move %d pruned events to documents (%s: %s); keeping them in the window",
+                len(pruned),
+                type(exc).__name__,
+                exc,
+            )
+            return events, False
+        gone = {e.id for e in pruned}
+        with self._lock:
+            pairs = [(e, t) for e, t in zip(self._events, self._ts_keys, strict=True) if e.id not in gone]
+            self._events = [e for e, _ in pairs]
+            self._ts_keys = [t for _, t in pairs]
+            for event_id in gone:
+                self._index.remove(event_id)
+                self._memtext.pop(event_id, None)
+            kept = list(self._events)
+        return kept, True
+
+    def _sink(self, pruned: Sequence[ContextEvent]) -> None:
+        drafts: list[DocDraft] = []
+        for e in pruned:
+            if e.no_memory or self.cleaners.uses_no_memory_tool(e):
+                continue
+            content = e.stored_text()
+            if not content.strip():
+                continue
+            index_text = self.docs.index_text(content, str(e.meta.get("summary", ""))) if self.docs else ""
+            vec = None
+            if index_text and index_text == self._memtext.get(e.id) and self._index.vectors is not None:
+                vec = self._index.vectors.get(e.id)
+            drafts.append(
+                DocDraft(
+                    content=content,
+                    summary=str(e.meta.get("summary", "")),
+                    tags=[str(t) for t in e.meta.get("tags", [])] or [t for t in (e.kind, e.channel) if t],
+                    ts=e.ts,
+                    id=str(e.meta.get("doc_id") or f"ctx-{e.id}"),
+                    source=str(e.meta.get("doc_source") or f"context:{e.kind}"),
+                    vector=vec,
+                    index_text=index_text or None,
+                )
+            )
+        if not drafts:
+            return
+        if self.docs is None:
+            self.log.debug("context: no document store; %d pruned events dropped", len(drafts))
+            return
+        self.docs.insert_many(drafts)
+
+    def _embed(self, texts: list[str]) -> list[np.ndarray | None]:
+        if self.embedder is None or not texts:
+            return [None] * len(texts)
+        try:
+            mat = self.embedder.embed(texts)
+        except Exception as exc:
+            self.log.warning("context: embedding failed (%s: %s); ranking by keywords only", type(exc).__name__, exc)
+            return [None] * len(texts)
+        return [mat[i] for i in range(len(texts))]
+
+    def _index_events(self, events: Sequence[ContextEvent], query: str = "") -> np.ndarray | None:
+        """Embed and tokenise events not indexed yet, in one batch with ``query``; returns the query's vector."""
+        todo = [e for e in events if e.id not in self._memtext]
+        texts = [self.cleaners.memory_text_for(e) for e in todo]
+        embed_idx = [i for i, t in enumerate(texts) if t]
+        batch = [texts[i] for i in embed_idx] + ([query] if query else [])
+        out = self._embed(batch) if batch else []
+        qvec = out[-1] if query else None
+        vecs: list[np.ndarray | None] = [None] * len(todo)
+        for i, v in zip(embed_idx, out[: len(embed_idx)], strict=True):
+            vecs[i] = v
+        if not todo:
+            return qvec
+        items = [(e.id, self.analyzer.tokens(t), v if t else None) for e, t, v in zip(todo, texts, vecs, strict=True)]
+        with self._lock:
+            self._index.add_many(items)
+            for e, t in zip(todo, texts, strict=True):
+                self._memtext[e.id] = t
+        return qvec
+
+    # -- persistence -------------------------------------------------------------------
+    def _mark_dirty(self) -> None:
+        with self._lock:
+            self._gen += 1
+        if self.read_only:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a worker thread or the CLI): the caller flushes
+        if self._save_task is None or self._save_task.done():
+            self._save_task = loop.create_task(self._delayed_save())
+
+    async def _delayed_save(self) -> None:
+        await asyncio.sleep(self.save_delay)
+        try:
+            await asyncio.to_thread(self.save_sync)
+        except Exception as exc:
+            self.log.error("context: saving %s failed (%s: %s); will retry", self.path, type(exc).__name__, exc)
+
+    async def flush(self) -> None:
+        """Write everything appended so far to disk (atomic); returns when it is durable."""
+        task = self._save_task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._save_task = None
+        await asyncio.to_thread(self.save_sync)
+
+    async def close(self) -> None:
+        """Flush and stop accepting events."""
+        if self._closed:
+            return
+        await self.flush()
+        self._closed = True
+
+    def save_sync(self) -> None:
+        """Write the timeline now if it changed since the last save."""
+        if self.read_only:
+            return
+        with self._io_lock:
+            with self._lock:
+                gen = self._gen
+                if gen == self._saved_gen and self.path.exists():
+                    return
+                payload = {
+                    "version": FILE_VERSION,
+                    "saved_at": time.time(),
+                    "events": [e.to_dict() for e in self._events],
+                }
+            data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+            atomic_write(self.path, data)
+            self._saved_gen = gen
+
+    def _load(self) -> None:
+        bak = self.path.with_name(self.path.name + ".bak")
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        if not self.read_only and tmp.exists():
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        events: list[ContextEvent] | None = None
+        problem = ""
+        if self.path.exists():
+            try:
+                events = parse_context_file(self.path.read_bytes())
+            except (OSError, ValueError) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+                if not self.read_only:
+                    aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+                    os.replace(self.path, aside)
+                    self.log.error("context: %s is unreadable (%s); moved it to %s", self.path, problem, aside.name)
+        if events is None and bak.exists():
+            try:
+                events = parse_context_file(bak.read_bytes())
+                self.log.warning(
+                    "context: restored %d events from %s%s",
+                    len(events),
+                    bak.name,
+                    f" because {self.path.name} was unreadable" if problem else f" ({self.path.name} was missing)",
+                )
+                if not self.read_only:
+                    atomic_write(self.path, bak.read_bytes(), keep_backup=False)
+            except (OSError, ValueError) as exc:
+                self.log.error("context: backup %s is unreadable too (%s); starting empty", bak, exc)
+        if events is None:
+            events = []
+        events.sort(key=lambda e: e.ts)
+        self._events = events
+        self._ts_keys = [e.ts for e in events]
+
+
+def parse_context_file(data: bytes) -> list[ContextEvent]:
+    """Events of a context file; raises ValueError (with the reason) on anything malformed."""
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
+        raise ValueError("not a context file (no 'events' list)")
+    try:
+        return [ContextEvent.from_dict(d) for d in doc["events"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"malformed event ({type(exc).__name__}: {exc})") from None
+
+
+def atomic_write(path: Path, data: bytes, *, keep_backup: bool = True) -> None:
+    """Write ``data`` so that ``path`` is always either the old or the new complete file.
+
+    tmp file + fsync, then the current file becomes ``.bak`` and the tmp file
+    takes its name; the directory is fsynced so the renames survive a power cut.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    bak = path.with_name(path.name + ".bak")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if keep_backup and path.exists():
+        os.replace(path, bak)
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class ContextTurnMemory:
+    """The agent's ``TurnMemory`` port (``agent/memory_port.py``) on top of L1.
+
+    ``history`` prunes against the new input and returns the window as chat
+    messages; ``record`` appends the turn's user and agent events (tool output
+    of ``no_memory`` tools is marked so it is never embedded or archived).
+    """
+
+    def __init__(self, context: RelevanceContext) -> None:
+        self.context = context
+
+    async def history(self, user_text: str, channel: str) -> list[dict[str, Any]]:
+        await self.context.prune(user_text)
+        return self.context.to_messages()
+
+    async def record(self, turn: Any) -> None:
+        ts = float(getattr(turn, "ts", 0.0) or time.time())
+        common: dict[str, Any] = {"channel": str(getattr(turn, "channel", "")),
+                                  "source": str(getattr(turn, "source", "")),
+                                  "no_memory": bool(getattr(turn, "no_memory", False))}
+        user_id = getattr(turn, "user_id", "")
+        meta = {"user_id": user_id} if user_id else {}
+        if getattr(turn, "user_text", ""):
+            self.context.append(ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=dict(meta), **common))
+        outputs = [
+            {"tool": o.tool, "text": o.text, "no_memory": getattr(o, "memory_text", "") is None}
+            for o in getattr(turn, "tool_outputs", []) or []
+        ]
+        if getattr(turn, "reply", "") or outputs:
+            self.context.append(ContextEvent(kind="agent", response=getattr(turn, "reply", ""), tool_outputs=outputs,
+                                             ts=ts + 0.001, meta=dict(meta), **common))

@@ -1,0 +1,707 @@
+"""L2: the document store that pruned context sinks into and ``doc_query`` consumes from.
+
+Documents live in SQLite (WAL, so the CLI can read and import while the
+daemon runs); each row keeps its original timestamp, access counts, its
+index terms and its vector (float32 blob, tagged with the embedder's name so
+a change of embedder re-embeds instead of mixing vector spaces). Search runs
+in memory over a ``HybridIndex`` loaded from those rows on first use.
+
+Another process writing the same file (``homeagent memory import`` while the
+daemon runs) is noticed through ``PRAGMA data_version``: new rows are picked
+up by sequence number, deletions through the ``removed`` log a trigger fills.
+
+Every method here is synchronous and may take milliseconds to seconds
+(embedding, SQLite, index load): the event loop uses the ``a*`` wrappers
+(``aquery``, ``aconsume``, ``ainsert``, ``acommit``, ``aremove``, ``astats``,
+``afind_cold``, ``acount``), which run them in a worker thread. The
+synchronous methods are for worker threads and the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from homeagent.memory.cleaners import CleanerChain, normalize_whitespace
+from homeagent.memory.embedder import Embedder
+from homeagent.memory.lexical import Analyzer
+from homeagent.memory.retrieval import HybridIndex
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS docs (
+    seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+    id           TEXT NOT NULL UNIQUE,
+    content      TEXT NOT NULL,
+    summary      TEXT NOT NULL DEFAULT '',
+    tags         TEXT NOT NULL DEFAULT '[]',
+    ts           REAL NOT NULL,
+    created      REAL NOT NULL,
+    access_count INTEGER NOT NULL DEFAULT 0,
+    last_access  REAL,
+    source       TEXT NOT NULL DEFAULT '',
+    terms        TEXT NOT NULL DEFAULT '',
+    analyzer     TEXT NOT NULL DEFAULT '',
+    model        TEXT,
+    vec          BLOB
+);
+CREATE INDEX IF NOT EXISTS docs_created ON docs(created);
+CREATE INDEX IF NOT EXISTS docs_ts ON docs(ts);
+CREATE TABLE IF NOT EXISTS removed (
+    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
+    doc_seq INTEGER NOT NULL,
+    id      TEXT NOT NULL,
+    at      REAL NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS docs_removed AFTER DELETE ON docs BEGIN
+    INSERT INTO removed(doc_seq, id, at) VALUES (old.seq, old.id, CAST(strftime('%s','now') AS REAL));
+END;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+REMOVED_LOG_KEEP = 20_000
+"""Deletion log rows kept for readers that sync incrementally; an older reader reloads fully."""
+
+BACKFILL_PER_QUERY = 256
+"""Stale vectors re-embedded inline per query; a larger backlog is for ``abackfill``."""
+
+_DOC_COLUMNS = "id, content, summary, tags, ts, created, access_count, last_access, source"
+
+
+@dataclass
+class Doc:
+    """One document. ``ts`` is the original time of what it records; ``created`` when it entered L2."""
+
+    id: str
+    content: str
+    summary: str = ""
+    tags: list[str] = field(default_factory=list)
+    ts: float = 0.0
+    created: float = 0.0
+    access_count: int = 0
+    last_access: float | None = None
+    source: str = ""
+    score: float = 0.0
+    dense: float = 0.0
+    lexical: float = 0.0
+
+    @property
+    def title(self) -> str:
+        """The SDK's ``Doc.Title``: the summary, or the start of the content."""
+        return self.summary or excerpt(self.content, 60)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["timestamp"] = iso(self.ts)
+        return d
+
+
+@dataclass
+class DocDraft:
+    """A document to insert; ``vector`` may carry a precomputed embedding of its index text."""
+
+    content: str
+    summary: str = ""
+    tags: Sequence[str] = ()
+    ts: float | None = None
+    id: str | None = None
+    source: str = ""
+    vector: np.ndarray | None = None
+    index_text: str | None = None
+
+
+def iso(ts: float | None) -> str:
+    return "" if ts is None else datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+
+
+def excerpt(text: str, n: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def content_id(*parts: str) -> str:
+    h = hashlib.sha256("\0".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
+    return h[:24]
+
+
+def render_injection(docs: Sequence[Doc], *, header: str = "【相关记忆文档】", width: int = 160) -> str:
+    """The system-prompt block for automatically recalled documents ("" when there are none)."""
+    if not docs:
+        return ""
+    lines = [header]
+    for d in docs:
+        when = datetime.fromtimestamp(d.ts).strftime("%Y-%m-%d %H:%M") if d.ts else "?"
+        lines.append(f"- [{when}] {excerpt(d.summary or d.content, width)} (id {d.id})")
+    return "\n".join(lines)
+
+
+class DocumentStore:
+    """L2 documents over one SQLite file; implements the SDK's DocMemoryAPI via the ``a*`` methods."""
+
+    def __init__(
+        self,
+        db_path: Path | str,
+        embedder: Embedder | None,
+        *,
+        cleaners: CleanerChain | None = None,
+        analyzer: Analyzer | None = None,
+        log: logging.Logger | None = None,
+        exact_limit: int = 20_000,
+        busy_timeout_ms: int = 5000,
+        min_score: float | None = None,
+        persist_vectors: bool = True,
+    ) -> None:
+        self.path = Path(db_path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.embedder = embedder
+        self.cleaners = cleaners
+        self.analyzer = analyzer or Analyzer()
+        self.log = log or logging.getLogger(__name__)
+        self._exact_limit = exact_limit
+        # False for readers with possibly another embedder (CLI search): re-embedded
+        # vectors then stay in memory instead of replacing the daemon's.
+        self.persist_vectors = persist_vectors
+        # Below this fused score a hit is noise; the embedder knows its own scale.
+        self.min_score = (
+            min_score
+            if min_score is not None
+            else (float(getattr(embedder, "relevance_floor", 0.3)) if embedder is not None else 0.1)
+        )
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(
+            self.path, timeout=busy_timeout_ms / 1000, check_same_thread=False, isolation_level=None
+        )
+        self._conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes; WAL checkpoints fsync
+        self._conn.executescript(SCHEMA)
+        self._index: HybridIndex | None = None
+        self._seq_of: dict[str, int] = {}
+        self._max_seq = 0
+        self._max_removed = 0
+        self._data_version = -1
+        self._pending_vectors: list[int] = []
+        self._closed = False
+
+    @property
+    def model_name(self) -> str:
+        return self.embedder.name if self.embedder is not None else ""
+
+    # -- lifecycle -------------------------------------------------------------------
+    def load(self) -> None:
+        """Build the in-memory index (first use does it anyway); re-embeds up to 2000 stale vectors."""
+        with self._lock:
+            self._ensure_loaded()
+        if self._pending_vectors:
+            self.backfill_vectors(max_items=2000)
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("document store is closed")
+
+    def _sync_if_loaded(self) -> None:
+        self._check_open()
+        if self._index is not None:
+            self._sync()
+
+    def _ensure_loaded(self) -> None:
+        self._check_open()
+        if self._index is None:
+            self._full_load()
+        else:
+            self._sync()
+
+    def _full_load(self) -> None:
+        t0 = time.perf_counter()
+        self._index = HybridIndex(self.embedder.dim if self.embedder else None, exact_limit=self._exact_limit)
+        self._seq_of = {}
+        self._pending_vectors = []
+        self._max_seq = 0
+        self._data_version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM removed").fetchone()
+        self._max_removed = int(row[0])
+        self._add_rows_after(0)
+        if len(self._seq_of) > 1000:
+            self.log.info(
+                "documents: loaded %d documents in %.1f s (%d need new vectors)",
+                len(self._seq_of),
+                time.perf_counter() - t0,
+                len(self._pending_vectors),
+            )
+
+    def _add_rows_after(self, seq: int) -> None:
+        assert self._index is not None
+        model = self.model_name
+        dim = self.embedder.dim if self.embedder else 0
+        cur = self._conn.execute(
+            "SELECT seq, id, terms, analyzer, model, vec FROM docs WHERE seq > ? ORDER BY seq", (seq,)
+        )
+        retokenize: list[int] = []
+        batch: list[tuple[str, list[str], np.ndarray | None]] = []
+        while True:
+            rows = cur.fetchmany(2048)
+            if not rows:
+                break
+            for s, doc_id, terms, analyzer_version, vec_model, blob in rows:
+                self._max_seq = max(self._max_seq, s)
+                if self._seq_of.get(doc_id) == s:
+                    continue
+                self._seq_of[doc_id] = s
+                vec = None
+                if blob is not None and vec_model == model and dim and len(blob) == 4 * dim:
+                    vec = np.frombuffer(blob, dtype="<f4").astype(np.float32)
+                elif dim:
+                    self._pending_vectors.append(s)
+                if analyzer_version != self.analyzer.version:
+                    retokenize.append(s)
+                batch.append((doc_id, terms.split(" ") if terms else [], vec))
+            self._index.add_many(batch)
+            batch = []
+        if retokenize:
+            self._retokenize(retokenize)
+
+    def _retokenize(self, seqs: list[int]) -> None:
+        assert self._index is not None
+        for i in range(0, len(seqs), 500):
+            chunk = seqs[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = self._conn.execute(
+                f"SELECT seq, id, content, summary FROM docs WHERE seq IN ({marks})", chunk
+            ).fetchall()
+            updates = []
+            for s, doc_id, content, summary in rows:
+                tokens = self.analyzer.tokens(self.index_text(content, summary))
+                self._index.lexical.add(doc_id, tokens)
+                updates.append((" ".join(tokens), self.analyzer.version, s))
+            with self._tx():
+                self._conn.executemany("UPDATE docs SET terms = ?, analyzer = ? WHERE seq = ?", updates)
+
+    def _sync(self) -> None:
+        """Pick up other processes' inserts and deletions (cheap when nothing changed)."""
+        assert self._index is not None
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        if version == self._data_version:
+            return
+        self._data_version = version
+        trimmed = self._conn.execute("SELECT value FROM meta WHERE key = 'removed_trimmed_below'").fetchone()
+        if trimmed and int(trimmed[0]) > self._max_removed + 1:
+            self._full_load()
+            return
+        for rseq, doc_seq, doc_id in self._conn.execute(
+            "SELECT seq, doc_seq, id FROM removed WHERE seq > ? ORDER BY seq", (self._max_removed,)
+        ).fetchall():
+            self._max_removed = max(self._max_removed, rseq)
+            if self._seq_of.get(doc_id) == doc_seq:
+                del self._seq_of[doc_id]
+                self._index.remove(doc_id)
+        self._add_rows_after(self._max_seq)
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    # -- text ------------------------------------------------------------------------
+    def index_text(self, content: str, summary: str = "") -> str:
+        """What is embedded and indexed for a document: cleaned summary + content (originals are kept)."""
+        text = f"{summary}\n{content}" if summary and summary not in content else content
+        return self.cleaners.clean(text) if self.cleaners else normalize_whitespace(text)
+
+    def _embed(self, texts: list[str]) -> list[np.ndarray | None]:
+        if self.embedder is None or not texts:
+            return [None] * len(texts)
+        try:
+            mat = self.embedder.embed(texts)
+        except Exception as exc:  # keep the lexical half working
+            self.log.warning("documents: embedding failed (%s: %s); lexical index only", type(exc).__name__, exc)
+            return [None] * len(texts)
+        return [mat[i] for i in range(len(texts))]
+
+    # -- writes ----------------------------------------------------------------------
+    def insert_many(self, drafts: Sequence[DocDraft]) -> list[tuple[str, bool]]:
+        """Insert documents; an id that exists is left as it is. Returns ``(id, inserted)`` per draft."""
+        now = time.time()
+        ids = [d.id or f"doc-{uuid.uuid4().hex[:16]}" for d in drafts]
+        with self._lock:
+            self._check_open()
+            existing = self._existing(ids)
+        todo: list[int] = []
+        seen: set[str] = set(existing)
+        for i, doc_id in enumerate(ids):  # first occurrence of each new id
+            if doc_id not in seen:
+                seen.add(doc_id)
+                todo.append(i)
+        texts = {i: drafts[i].index_text or self.index_text(drafts[i].content, drafts[i].summary) for i in todo}
+        need_vec = [i for i in todo if drafts[i].vector is None]
+        vecs: dict[int, np.ndarray | None] = {i: drafts[i].vector for i in todo}
+        for i, v in zip(need_vec, self._embed([texts[i] for i in need_vec]), strict=True):
+            vecs[i] = v
+        tokens = {i: self.analyzer.tokens(texts[i]) for i in todo}
+        model = self.model_name
+        with self._lock:
+            self._sync_if_loaded()
+            added: list[tuple[str, list[str], np.ndarray | None]] = []
+            inserted: set[int] = set()
+            with self._tx():
+                for i in todo:
+                    d = drafts[i]
+                    vec = vecs[i]
+                    blob = np.asarray(vec, dtype="<f4").tobytes() if vec is not None else None
+                    cur = self._conn.execute(
+                        "INSERT OR IGNORE INTO docs (id, content, summary, tags, ts, created, source, terms,"
+                        " analyzer, model, vec) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            ids[i],
+                            d.content,
+                            d.summary,
+                            json.dumps(list(d.tags), ensure_ascii=False),
+                            d.ts if d.ts is not None else now,
+                            now,
+                            d.source,
+                            " ".join(tokens[i]),
+                            self.analyzer.version,
+                            model if vec is not None else None,
+                            blob,
+                        ),
+                    )
+                    if cur.rowcount == 1:
+                        inserted.add(i)
+                        self._seq_of[ids[i]] = int(cur.lastrowid or 0)
+                        added.append((ids[i], tokens[i], vec))
+            self._after_own_write()
+            if self._index is not None:
+                self._index.add_many(added)
+        return [(doc_id, i in inserted) for i, doc_id in enumerate(ids)]
+
+    def _after_own_write(self) -> None:
+        """Skip re-reading our own rows on the next sync, if no other process wrote meanwhile."""
+        if self._conn.execute("PRAGMA data_version").fetchone()[0] == self._data_version:
+            self._max_seq = max(self._max_seq, self._seq_of_max())
+            row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM removed").fetchone()
+            self._max_removed = max(self._max_removed, int(row[0]))
+
+    def _seq_of_max(self) -> int:
+        row = self._conn.execute("SELECT COALESCE(MAX(seq), 0) FROM docs").fetchone()
+        return int(row[0])
+
+    def _existing(self, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        unique = list(dict.fromkeys(ids))
+        for i in range(0, len(unique), 500):
+            chunk = unique[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(r[0] for r in self._conn.execute(f"SELECT id FROM docs WHERE id IN ({marks})", chunk))
+        return found
+
+    def insert(
+        self,
+        content: str,
+        summary: str = "",
+        tags: Sequence[str] = (),
+        ts: float | None = None,
+        *,
+        id: str | None = None,
+        source: str = "",
+        vector: np.ndarray | None = None,
+    ) -> str:
+        """Insert one document and return its id (an existing id is kept unchanged)."""
+        if not content or not content.strip():
+            raise ValueError("a document needs non-empty content")
+        draft = DocDraft(content, summary, tags, ts, id, source, vector)
+        return self.insert_many([draft])[0][0]
+
+    def commit(self, content: str, summary: str = "", tags: Sequence[str] = (), ts: float | None = None) -> str:
+        """``doc_commit``: a document the model chose to keep."""
+        return self.insert(content, summary, tags, ts, source="doc_commit")
+
+    def remove(self, doc_id: str) -> bool:
+        with self._lock:
+            self._sync_if_loaded()
+            with self._tx():
+                n = self._conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,)).rowcount
+            self._after_own_write()
+            self._forget([doc_id])
+            self._trim_removed_log()
+            return n == 1
+
+    def _forget(self, ids: Sequence[str]) -> None:
+        for doc_id in ids:
+            self._seq_of.pop(doc_id, None)
+            if self._index is not None:
+                self._index.remove(doc_id)
+
+    def _trim_removed_log(self) -> None:
+        row = self._conn.execute("SELECT MAX(seq) FROM removed").fetchone()
+        top = int(row[0] or 0)
+        if top % 1000 or top <= REMOVED_LOG_KEEP:
+            return
+        below = top - REMOVED_LOG_KEEP
+        with self._tx():
+            self._conn.execute("DELETE FROM removed WHERE seq < ?", (below,))
+            self._conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('removed_trimmed_below', ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(below),),
+            )
+
+    def backfill_vectors(self, max_items: int | None = None, batch: int = 256) -> int:
+        """Embed documents whose vector is missing or from another embedder; returns how many."""
+        if self.embedder is None:
+            return 0
+        done = 0
+        while self._pending_vectors and (max_items is None or done < max_items):
+            with self._lock:
+                chunk = self._pending_vectors[:batch]
+                del self._pending_vectors[:batch]
+                marks = ",".join("?" * len(chunk))
+                rows = self._conn.execute(
+                    f"SELECT seq, id, content, summary FROM docs WHERE seq IN ({marks})", chunk
+                ).fetchall()
+            vecs = self._embed([self.index_text(c, s) for _, _, c, s in rows])
+            with self._lock:
+                vectors = self._index.vectors if self._index is not None else None
+                updates = []
+                for (seq, doc_id, _, _), vec in zip(rows, vecs, strict=True):
+                    if vec is None:
+                        continue
+                    updates.append((self.model_name, np.asarray(vec, dtype="<f4").tobytes(), seq))
+                    if vectors is not None and self._seq_of.get(doc_id) == seq:
+                        vectors.add(doc_id, vec)
+                if self.persist_vectors and updates:
+                    with self._tx():
+                        self._conn.executemany("UPDATE docs SET model = ?, vec = ? WHERE seq = ?", updates)
+            done += len(rows)
+        return done
+
+    # -- reads -----------------------------------------------------------------------
+    def _search(self, text: str, k: int, min_score: float | None) -> list[tuple[str, float, float, float]]:
+        if self._pending_vectors:  # rows another process wrote with another embedder (bounded per query)
+            self.backfill_vectors(max_items=BACKFILL_PER_QUERY)
+        qtext = self.index_text(text)
+        tokens = self.analyzer.tokens(qtext)
+        qvec = self._embed([qtext])[0] if qtext else None
+        with self._lock:
+            self._ensure_loaded()
+            assert self._index is not None
+            hits = self._index.search(tokens, qvec, k, min_score=self.min_score if min_score is None else min_score)
+        return [(h.key, h.score, h.dense, h.lexical) for h in hits]
+
+    def _fetch(self, ids: Sequence[str]) -> dict[str, Doc]:
+        out: dict[str, Doc] = {}
+        for i in range(0, len(ids), 500):
+            chunk = list(ids[i : i + 500])
+            marks = ",".join("?" * len(chunk))
+            for row in self._conn.execute(f"SELECT {_DOC_COLUMNS} FROM docs WHERE id IN ({marks})", chunk):
+                out[row[0]] = _row_to_doc(row)
+        return out
+
+    def query(self, text: str, k: int = 3, *, touch: bool = True, min_score: float | None = None) -> list[Doc]:
+        """Top ``k`` documents for ``text`` scoring at least ``min_score`` (default: ``self.min_score``).
+
+        Read-only for the documents (nothing is removed); ``touch`` counts the
+        access. The CLI passes ``touch=False, min_score=float("-inf")``.
+        """
+        if k <= 0 or not text or not text.strip():
+            return []
+        hits = self._search(text, k, min_score)
+        if not hits:
+            return []
+        with self._lock:
+            docs = self._fetch([h[0] for h in hits])
+            if touch and docs:
+                now = time.time()
+                with self._tx():
+                    self._conn.executemany(
+                        "UPDATE docs SET access_count = access_count + 1, last_access = ? WHERE id = ?",
+                        [(now, doc_id) for doc_id in docs],
+                    )
+                for touched in docs.values():
+                    touched.access_count += 1
+                    touched.last_access = now
+        out = []
+        for doc_id, score, dense, lexical in hits:
+            d = docs.get(doc_id)
+            if d is not None:
+                d.score, d.dense, d.lexical = score, dense, lexical
+                out.append(d)
+        return out
+
+    def consume(self, text: str, k: int = 3, *, min_score: float | None = None) -> list[Doc]:
+        """``doc_query``: return the top ``k`` documents and remove them from L2.
+
+        The caller re-inserts each into L1 as a ``cold_storage`` event with its
+        original ``ts``. Two consumers racing for one document: only one gets it.
+        """
+        if k <= 0 or not text or not text.strip():
+            return []
+        hits = self._search(text, k, min_score)
+        if not hits:
+            return []
+        with self._lock:
+            docs = self._fetch([h[0] for h in hits])
+            taken: list[str] = []
+            with self._tx():
+                for doc_id in docs:
+                    if self._conn.execute("DELETE FROM docs WHERE id = ?", (doc_id,)).rowcount == 1:
+                        taken.append(doc_id)
+            self._after_own_write()
+            self._forget(list(docs))
+            self._trim_removed_log()
+        out = []
+        for doc_id, score, dense, lexical in hits:
+            d = docs.get(doc_id)
+            if d is not None and doc_id in taken:
+                d.score, d.dense, d.lexical = score, dense, lexical
+                d.access_count += 1
+                d.last_access = time.time()
+                out.append(d)
+        return out
+
+    def get(self, doc_id: str) -> Doc | None:
+        with self._lock:
+            return self._fetch([doc_id]).get(doc_id)
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM docs").fetchone()[0])
+
+    def find_cold(self, age_hours: float = 72, max_access: int = 2, limit: int = 100) -> list[Doc]:
+        """Documents in L2 for longer than ``age_hours``, accessed at most ``max_access`` times and not lately."""
+        cutoff = time.time() - age_hours * 3600
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_DOC_COLUMNS} FROM docs WHERE created < ? AND access_count <= ?"
+                " AND (last_access IS NULL OR last_access < ?) ORDER BY created LIMIT ?",
+                (cutoff, max_access, cutoff, limit),
+            ).fetchall()
+        return [_row_to_doc(r) for r in rows]
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            c = self._conn
+            count, oldest, newest, accessed = c.execute(
+                "SELECT COUNT(*), MIN(ts), MAX(ts), COALESCE(SUM(access_count), 0) FROM docs"
+            ).fetchone()
+            models = dict(c.execute("SELECT COALESCE(model, '(none)'), COUNT(*) FROM docs GROUP BY model").fetchall())
+            sources = dict(c.execute("SELECT source, COUNT(*) FROM docs GROUP BY source").fetchall())
+            cutoff = time.time() - 72 * 3600
+            cold = c.execute(
+                "SELECT COUNT(*) FROM docs WHERE created < ? AND access_count <= 2"
+                " AND (last_access IS NULL OR last_access < ?)",
+                (cutoff, cutoff),
+            ).fetchone()[0]
+        size = sum(p.stat().st_size for p in self.path.parent.glob(self.path.name + "*") if p.is_file())
+        return {
+            "documents": count,
+            "oldest": iso(oldest),
+            "newest": iso(newest),
+            "accesses": accessed,
+            "cold": cold,
+            "vectors_by_model": models,
+            "sources": sources,
+            "embedder": self.model_name,
+            "pending_vectors": len(self._pending_vectors),
+            "db_bytes": size,
+            "path": str(self.path),
+        }
+
+    def iter_docs(self, batch: int = 1000) -> Iterator[Doc]:
+        """Every document in insertion order (for export); reads in short transactions."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self._conn.execute(
+                    f"SELECT seq, {_DOC_COLUMNS} FROM docs WHERE seq > ? ORDER BY seq LIMIT ?", (last, batch)
+                ).fetchall()
+            if not rows:
+                return
+            for row in rows:
+                last = row[0]
+                yield _row_to_doc(row[1:])
+
+    # -- async API (DocMemoryAPI) -----------------------------------------------------
+    async def astart(self) -> None:
+        """Load the index and warm jieba in a worker thread (call once at daemon start)."""
+        await asyncio.to_thread(self.analyzer.warmup)
+        await asyncio.to_thread(self.load)
+
+    async def abackfill(self, batch: int = 256) -> int:
+        done = 0
+        while self._pending_vectors:
+            n = await asyncio.to_thread(self.backfill_vectors, batch, batch)
+            if n == 0:
+                break
+            done += n
+        return done
+
+    async def aquery(self, text: str, k: int = 3, *, touch: bool = True, min_score: float | None = None) -> list[Doc]:
+        return await asyncio.to_thread(self.query, text, k, touch=touch, min_score=min_score)
+
+    async def aconsume(self, text: str, k: int = 3, *, min_score: float | None = None) -> list[Doc]:
+        return await asyncio.to_thread(self.consume, text, k, min_score=min_score)
+
+    async def ainsert(self, doc: Doc | DocDraft) -> str:
+        """DocMemoryAPI ``Insert``: a ``Doc`` (its id, content, summary, tags, ts) or a ``DocDraft``."""
+        if isinstance(doc, Doc):
+            draft = DocDraft(doc.content, doc.summary, doc.tags, doc.ts or None, doc.id or None, doc.source)
+        else:
+            draft = doc
+        if not draft.content or not draft.content.strip():
+            raise ValueError("a document needs non-empty content")
+        result = await asyncio.to_thread(self.insert_many, [draft])
+        return result[0][0]
+
+    async def ainsert_many(self, drafts: Sequence[DocDraft]) -> list[tuple[str, bool]]:
+        return await asyncio.to_thread(self.insert_many, drafts)
+
+    async def acommit(self, content: str, summary: str = "", tags: Sequence[str] = (), ts: float | None = None) -> str:
+        return await asyncio.to_thread(self.commit, content, summary, tags, ts)
+
+    async def aremove(self, doc_id: str) -> bool:
+        return await asyncio.to_thread(self.remove, doc_id)
+
+    async def astats(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.stats)
+
+    async def afind_cold(self, age_hours: float = 72, max_access: int = 2, limit: int = 100) -> list[Doc]:
+        return await asyncio.to_thread(self.find_cold, age_hours, max_access, limit)
+
+    async def acount(self) -> int:
+        return await asyncio.to_thread(self.count)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)
+
+
+def _row_to_doc(row: Sequence[Any]) -> Doc:
+    doc_id, content, summary, tags, ts, created, access_count, last_access, source = row
+    try:
+        tag_list = [str(t) for t in json.loads(tags)] if tags else []
+    except (ValueError, TypeError):
+        tag_list = []
+    return Doc(doc_id, content, summary, tag_list, ts, created, access_count, last_access, source)

@@ -1,0 +1,110 @@
+"""The document-memory tools the model can call: ``doc_query`` and ``doc_commit``.
+
+``doc_query`` consumes: the documents it returns leave L2 and re-enter the
+context window as recalled (cold_storage) events at their original time, so
+the model sees them in the timeline and, if they stop being relevant, they
+sink back into L2 unchanged. Its own output is not embedded again (its
+cleaner returns ""), because the recalled events already carry that text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from homeagent.memory.context import ContextEvent, RelevanceContext
+from homeagent.memory.documents import DocumentStore, excerpt, iso
+from homeagent.sdk.types import ToolDef
+
+ToolHandlerFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+MAX_TOP_K = 20
+
+
+def _drop(_: str) -> str:
+    return ""
+
+
+def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[ToolDef, ToolHandlerFn]]:
+    """``[(ToolDef, handler), ...]`` for ``doc_query`` and ``doc_commit``; handlers take the validated args."""
+
+    async def doc_query(args: dict[str, Any]) -> dict[str, Any]:
+        query = str(args.get("query", "")).strip()
+        if not query:
+            return {"isError": True, "content": "doc_query needs a non-empty 'query'"}
+        try:
+            top_k = int(args.get("top_k", 3) or 3)
+        except (TypeError, ValueError):
+            return {"isError": True, "content": "'top_k' must be an integer"}
+        top_k = max(1, min(top_k, MAX_TOP_K))
+        found = await docs.aconsume(query, top_k)
+        for d in found:
+            context.append(
+                ContextEvent(
+                    kind="cold_storage",
+                    input=d.content,
+                    source="cold_storage",
+                    ts=d.ts,
+                    meta={"doc_id": d.id, "summary": d.summary, "tags": d.tags, "doc_source": d.source},
+                )
+            )
+        return {
+            "count": len(found),
+            "documents": [
+                {
+                    "id": d.id,
+                    "timestamp": iso(d.ts),
+                    "summary": d.summary or excerpt(d.content, 80),
+                    "content": d.content,
+                    "tags": d.tags,
+                    "score": round(d.score, 4),
+                }
+                for d in found
+            ],
+            "note": "these documents were moved back into the conversation timeline" if found else "nothing found",
+        }
+
+    async def doc_commit(args: dict[str, Any]) -> dict[str, Any]:
+        content = str(args.get("content", ""))
+        if not content.strip():
+            return {"isError": True, "content": "doc_commit needs a non-empty 'content'"}
+        tags_arg = args.get("tags") or []
+        if not isinstance(tags_arg, list):
+            return {"isError": True, "content": "'tags' must be a list of strings"}
+        doc_id = await docs.acommit(content, str(args.get("summary", "") or ""), [str(t) for t in tags_arg])
+        return {"ok": True, "id": doc_id}
+
+    query_def = ToolDef(
+        name="doc_query",
+        description=(
+            "Search the document memory (older conversation and saved notes) and bring the best matches "
+            "back into the conversation timeline at their original time. Found documents are moved, not copied."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "what to look for, in any language"},
+                "top_k": {"type": "integer", "minimum": 1, "maximum": MAX_TOP_K, "default": 3},
+            },
+            "required": ["query"],
+        },
+        plugin="memory",
+        cleaner=_drop,
+    )
+    commit_def = ToolDef(
+        name="doc_commit",
+        description="Save a document (a fact, a note, a summary) to document memory for later recall.",
+        parameters={
+            "type": "object",
+            "properties": {
+                "content": {"type": "string", "description": "the text to keep"},
+                "summary": {"type": "string", "description": "one line shown when it is recalled"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+            },
+            "required": ["content"],
+        },
+        plugin="memory",
+        serial=True,
+        parallel_safe=False,
+    )
+    return [(query_def, doc_query), (commit_def, doc_commit)]
