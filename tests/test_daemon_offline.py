@@ -267,3 +267,11 @@ async def test_tool_turn_limit_ends_the_loop(daemon: Daemon) -> None:
     final = response_of(await chat(daemon, "loop forever"))
     assert calls == 2
     assert final["text"] == "done"
+
+
+async def test_offline_answers_questions_from_recalled_documents(daemon: Daemon) -> None:
+    await daemon.docs.acommit("The bicycle is parked behind the library on Elm Street.", "bicycle parking spot")
+    final = response_of(await chat(daemon, "where is my bicycle parked?"))
+    assert "From memory" in final["text"] and "bicycle parking spot" in final["text"]
+    # a statement is not answered from memory
+    assert "From memory" not in response_of(await chat(daemon, "the bicycle needs new tyres"))["text"]

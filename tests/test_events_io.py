@@ -16,6 +16,11 @@ from homeagent.sdk.types import ToolDef
 
 
 async def test_slow_subscriber_never_blocks_the_publisher() -> None:
+    baseline_bus = EventBus(history=50)
+    started = time.perf_counter()
+    for i in range(5000):
+        baseline_bus.publish("tick", {"i": i})
+    baseline = time.perf_counter() - started
     bus = EventBus(history=50)
     stuck = bus.subscribe(maxsize=10, name="stuck")  # never reads
     fast = bus.subscribe(types=["tick"], maxsize=10_000, name="fast")
@@ -23,7 +28,8 @@ async def test_slow_subscriber_never_blocks_the_publisher() -> None:
     for i in range(5000):
         bus.publish("tick", {"i": i})
     elapsed = time.perf_counter() - started
-    assert elapsed < 0.5
+    # a stuck subscriber costs the publisher no more than a couple of deque appends per event
+    assert elapsed < 4 * baseline + 0.05, (elapsed, baseline)
     assert stuck.dropped == 4990
     first = await asyncio.wait_for(stuck.get(), 1)
     assert first.data["i"] == 4990  # the oldest were dropped, the newest kept
@@ -122,10 +128,13 @@ async def test_cancel_during_a_tool_call_keeps_history_valid(daemon: Daemon) -> 
 async def test_inject_sync_and_no_memory(daemon: Daemon) -> None:
     result = await daemon.io.inject_sync("test", "test", "my name is Quiet Person")
     assert result.ok and result.text.startswith("[offline]")
-    daemon.io.inject_text_no_memory("test", "test", "my name is Loud Person")
-    await asyncio.sleep(0.2)
-    answer = await daemon.io.inject_sync("test", "test", "what is my name?")
-    assert "Quiet Person" in answer.text  # the no-memory input was not remembered
+    daemon.io.inject_text_no_memory("test", "test", "I live in Secretville")
+    await asyncio.sleep(0.3)
+    await daemon.memory_loops.run_now("rules")
+    remembered = await daemon.graph.recall(["Quiet Person"], 1)
+    assert any(r.object == "Quiet Person" for r in remembered.relations), remembered
+    hidden = await daemon.graph.recall(["Secretville"], 1)
+    assert not hidden.relations  # a no-memory input never reaches long-term memory
 
 
 async def test_interrupt_when_idle_becomes_an_ordinary_input(daemon: Daemon) -> None:

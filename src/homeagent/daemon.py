@@ -24,7 +24,7 @@ from typing import Any
 
 from homeagent import __version__
 from homeagent.agent.agent import Agent
-from homeagent.agent.memory_port import RecentTurns, TurnMemory
+from homeagent.agent.memory_port import TurnMemory
 from homeagent.agent.process import TurnRunner, TurnSettings
 from homeagent.agent.prompt import PromptBuilder
 from homeagent.agent.stages import StageHost
@@ -35,14 +35,29 @@ from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import IOManager
 from homeagent.io.socket_server import RPCError, SocketServer
+from homeagent.knowledge.base import KnowledgeBase
+from homeagent.knowledge.tools import knowledge_tools
 from homeagent.llm_control import LLMControl
+from homeagent.memory.cleaners import CleanerChain
+from homeagent.memory.context import ContextTurnMemory, RelevanceContext
+from homeagent.memory.distill import RuleDistiller
+from homeagent.memory.documents import DocumentStore, render_injection
+from homeagent.memory.embedder import build_embedder
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_tools import graph_tools
+from homeagent.memory.indexer import MemoryIndexer
+from homeagent.memory.lexical import Analyzer
+from homeagent.memory.loops import MemoryLoops
+from homeagent.memory.social import Social
 from homeagent.memory.textlog import TextLog
+from homeagent.memory.tools import doc_tools
 from homeagent.paths import DataPaths
 from homeagent.plugins.proc.plugin import ProcOptions, make_loader
 from homeagent.plugins.proc.supervisor import Supervisor
 from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
-from homeagent.sdk.types import OutputCap, ToolDef
+from homeagent.providers.base import ChatRequest
+from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 
 log = logging.getLogger("homeagent.daemon")
 
@@ -144,7 +159,7 @@ class Daemon:
             identity=lambda: cfg.get_str("core.agent.system_prompt", ""),
             persona_file=lambda: cfg.get_str("core.agent.persona_file", ""),
         )
-        self.memory: TurnMemory = RecentTurns(max_turns=max(1, cfg.get_int("core.agent.max_context_size", 30) // 2))
+        await self._start_memory()
 
         settings = TurnSettings(
             max_tool_turns=lambda: cfg.get_int("core.agent.max_tool_turns", 10),
@@ -189,6 +204,12 @@ class Daemon:
                 llm=self.llm,
                 data_dir=self.paths.root,
                 textlog=self.textlog,
+                cleaners=self.cleaners,
+                docs=self.docs,
+                context=self.context,
+                graph=self.graph,
+                knowledge=self.knowledge,
+                social=self.social,
             ),
             Path(cfg.get_str("core.plugin.dir", str(self.paths.plugins))),
         )
@@ -209,6 +230,111 @@ class Daemon:
         if self.web_enabled:
             await self._start_web()
         log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
+
+    async def _start_memory(self) -> None:
+        """Build the three memory tiers around one shared embedder; heavy loading runs off the loop."""
+        cfg = self.config
+        mem = self.paths.memory
+        analyzer = Analyzer(log=log)
+        self.embedder = build_embedder(cfg.get_str("core.agent.embedding_model_path", ""), log=log, analyzer=analyzer)
+        self.cleaners = CleanerChain(tool_lookup=self.tools.get, log=log)
+        self.docs = DocumentStore(mem / "documents.db", self.embedder, cleaners=self.cleaners, analyzer=analyzer, log=log)
+        await self.docs.astart()
+        self.context = await asyncio.to_thread(
+            RelevanceContext,
+            mem / "context.json",
+            self.embedder,
+            self.docs,
+            self.cleaners,
+            top_k=cfg.get_int("core.agent.context_top_k", 30),
+            analyzer=analyzer,
+            log=log,
+        )
+        self.memory: TurnMemory = ContextTurnMemory(self.context)
+        self.graph = await GraphDB.open(Path(cfg.get_str("core.memory.graph", str(mem / "graph.db"))))
+        self.indexer = MemoryIndexer(self.graph, self.embedder)
+        await self.indexer.start()
+        self.social = Social(self.graph)
+        self.distiller = RuleDistiller(self.graph)
+        self.knowledge = KnowledgeBase(Path(cfg.get_str("core.knowledge.path", str(self.paths.knowledge))), self.embedder)
+        for definition, handler in (
+            *doc_tools(self.context, self.docs),
+            *graph_tools(self.graph, self.indexer, self.social),
+            *knowledge_tools(self.knowledge),
+        ):
+            definition.plugin = definition.plugin or "memory"
+            self._undo.append(self.tools.register(definition, handler))
+
+        async def recalled_documents(inputs: Any) -> str | None:
+            docs = await self.docs.aquery(inputs.user_text, 3)
+            return render_injection(docs) if docs else None
+
+        self._undo += [
+            self.prompt.add_section("memory_index", lambda i: self.indexer.prompt_section(i.user_text), order=30),
+            self.prompt.add_section("documents", recalled_documents, order=40),
+            self.prompt.add_section("memory_tools", lambda i: self.indexer.tool_guide(), order=90),
+        ]
+        self._last_input = ""
+
+        async def remember_raw(ctx: StageContext) -> None:
+            if ctx.raw_message and not ctx.no_memory:
+                self._last_input = ctx.raw_message
+                await self.distiller.record(ctx.raw_message, session=ctx.channel, speaker=ctx.user_id)
+
+        self._undo.append(self.stages.register(Stage.AFTER_OUTPUT, remember_raw, plugin="core", name="rule-distiller"))
+
+        async def memory_llm(prompt: str) -> str:
+            request = ChatRequest(messages=[{"role": "user", "content": prompt}], temperature=0.0)
+            return (await self.llm.manager.run(request, stream=False)).content
+
+        def interval(name: str, default: str) -> Any:
+            return lambda: cfg.get_duration(f"core.agent.{name}_interval", default)
+
+        self.memory_loops = MemoryLoops(
+            self.graph,
+            distiller=self.distiller,
+            docs=self.docs,
+            distill_context=lambda: self.context.prune(self._last_input),
+            llm=memory_llm,
+            llm_available=lambda: self.llm.manager.current_source() not in ("", "offline"),
+            intervals={
+                "rules": lambda: 600.0,
+                "distill": interval("distill", "30m"),
+                "archive": interval("archive", "60m"),
+                "merge": interval("merge", "120m"),
+                "review": interval("review", "120m"),
+            },
+        )
+        self.memory_loops.start()
+        # Loading models and dictionaries takes seconds: do it in the background so the socket is up at once.
+        self._warmup = asyncio.get_running_loop().create_task(self._warm_memory(analyzer), name="memory-warmup")
+
+    async def _warm_memory(self, analyzer: Analyzer) -> None:
+        started = time.perf_counter()
+        try:
+            await asyncio.gather(
+                asyncio.to_thread(analyzer.warmup), asyncio.to_thread(self.embedder.warmup), self.docs.abackfill()
+            )
+        except Exception:
+            log.exception("warming up memory failed; retrieval falls back to what is loaded")
+            return
+        log.info("memory ready in %.1fs (embedder %s)", time.perf_counter() - started, self.embedder.name)
+
+    async def _stop_memory(self) -> None:
+        if getattr(self, "_warmup", None) is not None:
+            self._warmup.cancel()
+            await asyncio.gather(self._warmup, return_exceptions=True)
+        for name in ("memory_loops",):
+            if hasattr(self, name):
+                await getattr(self, name).stop()
+        if hasattr(self, "context"):
+            await self.context.close()
+        if hasattr(self, "indexer"):
+            await self.indexer.close()
+        if hasattr(self, "graph"):
+            await self.graph.close()
+        if hasattr(self, "docs"):
+            await self.docs.aclose()
 
     async def _start_web(self) -> None:
         from homeagent.webui import WebUIError, start_webui
@@ -306,12 +432,28 @@ class Daemon:
             "llm.use": guarded(self.llm.use),
             "llm.test": self.llm.test,
             "agent.cancel": lambda _: {"cancelled": self.agent.cancel_turn()},
+            "memory.loops": lambda _: self.memory_loops.stats(),
+            "memory.run_loop": lambda p: self.memory_loops.run_now(str(p.get("name", ""))),
+            "memory.graph": lambda _: self.graph.introspect(),
+            "memory.search": self._rpc_memory_search,
+            "knowledge.list": lambda _: self.knowledge.names(),
+            "knowledge.search": lambda p: self._rpc_knowledge_search(p),
             "tools.list": lambda _: [
                 {"name": t.name, "plugin": t.plugin, "description": t.description} for t in self.tools.tools()
             ],
         }
         for name, fn in methods.items():
             self.socket.add_method(name, fn)
+
+    async def _rpc_memory_search(self, params: dict[str, Any]) -> Any:
+        query = str(params.get("query", ""))
+        docs = await self.docs.aquery(query, int(params.get("k", 5)), touch=False)
+        recall = await self.graph.recall([w for w in query.replace(",", " ").split() if w], 2)
+        return {"documents": [d.to_dict() for d in docs], "graph": recall.to_dict()}
+
+    async def _rpc_knowledge_search(self, params: dict[str, Any]) -> Any:
+        hits = await self.knowledge.search(str(params.get("query", "")), int(params.get("k", 5)))
+        return [h.to_dict() for h in hits]
 
     def _rpc_shutdown(self, _: dict[str, Any]) -> dict[str, Any]:
         asyncio.get_running_loop().call_later(0.05, self.stopped.set)
@@ -354,6 +496,7 @@ class Daemon:
             ("agent", lambda: self.agent.stop()),
             ("plugins", lambda: self.plugins.stop_all()),
             ("plugin processes", lambda: self.supervisor.close()),
+            ("memory", lambda: self._stop_memory()),
             ("text log", lambda: self.textlog.close()),
             ("llm", lambda: self.llm.close()),
             ("events", lambda: self.events.close()),
@@ -376,7 +519,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "plugin processes": "supervisor", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

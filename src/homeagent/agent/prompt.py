@@ -130,6 +130,9 @@ class PromptBuilder:
             return result if isinstance(result, str) and result.strip() else None
         except asyncio.CancelledError:
             raise
+        except TimeoutError:
+            log.warning("prompt section %s took over %.1fs; left out of this turn", section.name, section.timeout)
+            return None
         except Exception:
             log.exception("prompt section %s failed; left out of this turn", section.name)
             return None

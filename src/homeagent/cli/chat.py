@@ -176,9 +176,15 @@ async def _command(client: Client, text: str, style: _Style) -> None:
     elif name == "cancel":
         await client.send({"type": "cancel"})
         return
-    elif name in ("plugin", "memory", "knowledge"):
-        method = f"{name}.{rest[0] if rest else 'list'}"
-        params = {"args": rest[1:], "name": rest[1] if len(rest) > 1 else "", "query": " ".join(rest[1:])}
+    elif name == "plugin":
+        method = f"plugins.{rest[0] if rest else 'list'}"
+        params = {"name": rest[1] if len(rest) > 1 else ""}
+    elif name == "memory":
+        action = rest[0] if rest else "loops"
+        method, params = f"memory.{action}", {"query": " ".join(rest[1:]), "name": rest[1] if len(rest) > 1 else ""}
+    elif name == "knowledge":
+        method = f"knowledge.{rest[0] if rest else 'list'}"
+        params = {"query": " ".join(rest[1:])}
     else:
         print(f"unknown command /{name}; /help lists them")
         return

@@ -48,7 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     from homeagent.cli import config_cmd
 
     config_cmd.register(sub)
-    for module_name in ("homeagent.cli.memory_cmd", "homeagent.cli.plugin_cmd", "homeagent.cli.webui_cmd"):
+    for module_name in (
+        "homeagent.cli.memory_cmd",
+        "homeagent.cli.knowledge_cmd",
+        "homeagent.cli.plugin_cmd",
+        "homeagent.cli.webui_cmd",
+    ):
         _register_optional(module_name, sub)
     return parser
 

@@ -52,6 +52,10 @@ def register(subparsers: Any) -> None:
     export.add_argument("--layer", choices=["all", "documents", "context"], default="all")
     export.set_defaults(func=cmd_export)
 
+    from homeagent.cli.graph_cmd import register_memory_graph
+
+    register_memory_graph(actions)
+
     def no_action(args: argparse.Namespace) -> int:
         mem.print_help(sys.stderr)
         return 2
@@ -268,6 +272,50 @@ def run_search(
     return 0
 
 
+def _graph_stats(data_dir: Path) -> dict[str, Any]:
+    """Entity and relation counts of the knowledge graph (read directly; WAL lets a daemon keep writing)."""
+    import asyncio
+
+    from homeagent.memory.graph import GraphDB
+
+    path = data_dir / "memory" / "graph.db"
+    if not path.exists():
+        return {"entities": 0, "relations": 0, "path": str(path)}
+
+    async def read() -> dict[str, Any]:
+        graph = await GraphDB.open(path, create=False)
+        try:
+            return dict(await graph.introspect())
+        finally:
+            await graph.close()
+
+    try:
+        return asyncio.run(read())
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "path": str(path)}
+
+
+def _loop_stats(data_dir: Path) -> dict[str, Any] | None:
+    """The memory loops' last runs, counts and errors, from the running daemon (None without one)."""
+    import asyncio
+
+    from homeagent.cli.client import Client, DaemonUnavailable
+    from homeagent.paths import DataPaths
+
+    async def ask() -> Any:
+        client = await Client.connect(DataPaths(data_dir).socket, timeout=1.0)
+        try:
+            return await client.call("memory.loops", timeout=5)
+        finally:
+            await client.close()
+
+    try:
+        result = asyncio.run(ask())
+    except (DaemonUnavailable, OSError, TimeoutError, Exception):
+        return None
+    return result if isinstance(result, dict) else {"loops": result}
+
+
 def run_stats(data_dir: Path, *, as_json: bool = False, out: TextIO | None = None) -> int:
     """Counts of both layers, without loading an embedder or an index."""
     from homeagent.memory.cleaners import CleanerChain
@@ -287,6 +335,8 @@ def run_stats(data_dir: Path, *, as_json: bool = False, out: TextIO | None = Non
             store.close()
     else:
         result["documents"] = {"documents": 0, "path": str(db_path)}
+    result["graph"] = _graph_stats(data_dir)
+    result["loops"] = _loop_stats(data_dir)
     if as_json:
         print(json.dumps(result, ensure_ascii=False, indent=2), file=out)
         return 0
@@ -299,6 +349,23 @@ def run_stats(data_dir: Path, *, as_json: bool = False, out: TextIO | None = Non
         print(f"vectors         {d['vectors_by_model']}", file=out)
     if d.get("sources"):
         print(f"sources         {d['sources']}", file=out)
+    g = result["graph"]
+    if "error" in g:
+        print(f"graph (L3)      unreadable: {g['error']}", file=out)
+    else:
+        print(f"graph (L3)      {g.get('entities', 0)} entities, {g.get('relations', 0)} relations", file=out)
+    loops = result["loops"]
+    if loops is None:
+        print("loops           (no daemon running: last runs unknown)", file=out)
+    else:
+        for name, info in sorted((loops.get("loops") or loops).items()):
+            if isinstance(info, dict):
+                print(
+                    f"loop {name:<10} runs {info.get('runs', 0)}, errors {info.get('errors', 0)}, "
+                    f"last {info.get('last_run') or 'never'}"
+                    + (f", last error: {info['last_error']}" if info.get("last_error") else ""),
+                    file=out,
+                )
     return 0
 
 

@@ -60,6 +60,10 @@ _FACTS: list[tuple[re.Pattern[str], re.Pattern[str], str]] = [
 ]
 
 _TOOL_COMMAND = re.compile(r"^\s*/tool\s+([A-Za-z0-9_-]+)\s*(\{.*\})?\s*$", re.S)
+_QUESTION = re.compile(
+    r"[?？]\s*$|^\s*(what|who|where|when|why|how|which|do|does|did|is|are|can|could|remind)\b|什么|吗|哪|谁|多少",
+    re.I,
+)
 _WORD = re.compile(r"[A-Za-z0-9]{3,}|[\u4e00-\u9fff]{2,}")
 
 
@@ -151,7 +155,7 @@ class OfflineProvider:
             match = statement.search(user_text)
             if match:
                 return f"Noted: {match.group(0).strip()}. I will remember it."
-        recalled = self._recall(user_text, messages)
+        recalled = self._recall(user_text, messages) if _QUESTION.search(user_text) else ""
         if recalled:
             return "From memory: " + recalled
         if not user_text.strip():
