@@ -29,6 +29,7 @@ from homeagent.agent.process import TurnRunner, TurnSettings
 from homeagent.agent.prompt import PromptBuilder
 from homeagent.agent.stages import StageHost
 from homeagent.agent.tools import ToolRegistry
+from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
 from homeagent.control import ConfigControl
 from homeagent.events import EventBus
@@ -213,6 +214,9 @@ class Daemon:
             ),
             Path(cfg.get_str("core.plugin.dir", str(self.paths.plugins))),
         )
+        health = HealthSources(started_at=self.started_at, agent_status=self.agent.status)
+        for name, factory in builtin_factories(health=health).items():
+            self.plugins.register_factory(name, factory)
         self.supervisor = Supervisor()
         self.plugins.register_kind(
             "process",

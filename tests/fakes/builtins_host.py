@@ -1,0 +1,111 @@
+"""Helpers for the built-in plugin tests: run them on a real daemon (fake LLM) or on bare services.
+
+``attached(daemon, "timer", "cmd")`` starts the named built-ins through the
+public SDK on the daemon's own subsystems — unless the daemon already runs
+them (once daemon.py registers the catalog), in which case it leaves them be.
+``run_tool`` executes a tool through the real ToolRegistry (schema checks and
+all), as the agent loop does.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from homeagent.builtin.catalog import HealthSources, builtin_factories
+from homeagent.daemon import Daemon
+from homeagent.paths import DataPaths
+from homeagent.plugins.services import HostSDK, PluginServices
+from homeagent.sdk.types import ToolCall, ToolResult
+from tests.fakes.llm_openai import FakeOpenAI
+
+_ids = itertools.count(1)
+
+
+async def _maybe(value: Any) -> Any:
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def daemon_services(d: Daemon) -> PluginServices:
+    """The PluginServices a plugin host would build from this daemon."""
+    return PluginServices(
+        tools=d.tools, stages=d.stages, io=d.io, config=d.config, events=d.events, channels=d.channels,
+        prompt=d.prompt, llm=d.llm, data_dir=d.paths.root,
+    )
+
+
+@asynccontextmanager
+async def attached(
+    d: Daemon, *names: str, health: HealthSources | None = None, registry: Any = None
+) -> AsyncIterator[dict[str, Any]]:
+    """Start built-ins ``names`` on daemon ``d``; yields name → plugin (None when the daemon runs it itself)."""
+    services = daemon_services(d)
+    health = health or HealthSources(started_at=d.started_at, agent_status=d.agent.status)
+    factories = builtin_factories(health=health)
+    started: list[tuple[Any, HostSDK]] = []
+    out: dict[str, Any] = {}
+    try:
+        for name in names:
+            if any(t.plugin == name for t in d.tools.tools()):
+                out[name] = None
+                continue
+            plugin = factories[name](name, {"services": services, "registry": registry or getattr(d, "plugins", None)})
+            sdk = HostSDK(services, name)
+            await _maybe(plugin.start(sdk))
+            started.append((plugin, sdk))
+            out[name] = plugin
+        yield out
+    finally:
+        for plugin, sdk in reversed(started):
+            sdk.close()
+            await _maybe(plugin.stop())
+
+
+@asynccontextmanager
+async def started(services: PluginServices, name: str, **config: Any) -> AsyncIterator[Any]:
+    """One built-in on bare services (no daemon, no agent loop)."""
+    factories = builtin_factories(health=config.pop("health", None))
+    plugin = factories[name](name, {"services": services, **config})
+    sdk = HostSDK(services, name)
+    await _maybe(plugin.start(sdk))
+    try:
+        yield plugin
+    finally:
+        sdk.close()
+        await _maybe(plugin.stop())
+
+
+async def run_tool(services: PluginServices, name: str, args: dict[str, Any], timeout: float = 30) -> ToolResult:
+    """Execute tool ``name`` the way the agent loop does (validation, error shaping, stats)."""
+    return await services.tools.execute(ToolCall(id=f"call_{next(_ids)}", name=name, arguments=args), timeout=timeout)
+
+
+async def tool_value(services: PluginServices, name: str, args: dict[str, Any], timeout: float = 30) -> Any:
+    return (await run_tool(services, name, args, timeout)).result
+
+
+@asynccontextmanager
+async def llm_daemon(data_dir: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Daemon]:
+    """A real daemon whose only LLM is the scripted fake server."""
+    monkeypatch.setenv("HOMEAGENT_LLM_BASE_URL", fake.base_url)
+    monkeypatch.setenv("HOMEAGENT_LLM_API_KEY", "sk-test-secret-0000")
+    monkeypatch.setenv("HOMEAGENT_LLM_MODEL", "gpt-fake")
+    d = Daemon(DataPaths(data_dir), web=False)
+    await d.start()
+    try:
+        yield d
+    finally:
+        await d.stop()
+
+
+def tool_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The tool-result messages of one recorded LLM request."""
+    return [m for m in body["messages"] if m["role"] == "tool"]
