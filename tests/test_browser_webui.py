@@ -17,7 +17,6 @@ import pytest
 import pytest_asyncio
 
 from homeagent.daemon import Daemon
-from homeagent.memory.graph import GraphDB
 from homeagent.paths import DataPaths
 from homeagent.webui import start_webui
 from tests.conftest import LLM_ENV
@@ -93,28 +92,15 @@ async def shot(page: Page, name: str) -> None:
 async def wire_missing_subsystems(daemon: Daemon, data: Path, closers: list[Any]) -> None:
     """Give the daemon the real subsystems its pages show, where it does not wire them itself (yet)."""
     from homeagent.knowledge.base import KnowledgeBase
-    from homeagent.memory.cleaners import CleanerChain
-    from homeagent.memory.context import ContextEvent, RelevanceContext
-    from homeagent.memory.documents import DocumentStore
-    from homeagent.memory.embedder import HashingEmbedder
+    from homeagent.memory.context import ContextEvent
     from homeagent.plugins.package import pack_plugin
     from homeagent.plugins.registry import PluginRegistry
     from homeagent.plugins.services import PluginServices
 
-    if getattr(daemon, "graph", None) is None:
-        graph = await GraphDB.open(data / "graph-test.db")
-        daemon.graph = graph  # type: ignore[attr-defined]
-        closers.append(graph.close)
     await daemon.graph.commit([{"subject": s, "relation": r, "object": o} for s, r, o in TRIPLES])
-    if getattr(daemon, "docs", None) is None and getattr(daemon, "context", None) is None:
-        embedder = HashingEmbedder()
-        docs = DocumentStore(data / "docs-test.db", embedder)
-        context = RelevanceContext(data / "context-test.json", embedder, docs, CleanerChain(), save_delay=0.05)
-        daemon.docs, daemon.context = docs, context  # type: ignore[attr-defined]
-        closers.extend([context.close, docs.aclose])
-        context.append(ContextEvent(kind="user", input="Alice moved to Paris last spring.", channel="webui"))
-        context.append(ContextEvent(kind="agent", response="Noted: Alice lives in Paris now.", channel="webui"))
-        await docs.acommit("Alice works at Acme; Acme is in Paris.", summary="Alice's work")
+    daemon.context.append(ContextEvent(kind="user", input="Alice moved to Paris last spring.", channel="webui"))
+    daemon.context.append(ContextEvent(kind="agent", response="Noted: Alice lives in Paris now.", channel="webui"))
+    await daemon.docs.acommit("Alice works at Acme; Acme is in Paris.", summary="Alice's work")
     if getattr(daemon, "knowledge", None) is None:
         daemon.knowledge = KnowledgeBase(daemon.paths.knowledge)  # type: ignore[attr-defined]
     await daemon.knowledge.add("recipes", "# Tomato and egg\n\n1. Scramble the eggs.\n2. Add the **tomatoes**.\n")
@@ -308,7 +294,7 @@ async def test_theme_language_and_other_pages(stack: Stack) -> None:
     await expect(page.locator("#knowledge-preview strong")).to_have_text("tomatoes")
     await shot(page, "knowledge")
     page = await stack.show("memory/timeline")
-    await expect(page.locator(".event-card").first).to_contain_text("Alice lives in Paris")
+    await expect(page.locator(".event-card", has_text="Alice lives in Paris").first).to_be_visible()
     page = await stack.show("adapters")
     await page.click("#adapter-list [data-adapter='openai'] a")
     await expect(page.locator("#adapter-code")).to_have_value(re.compile("transform_request"))

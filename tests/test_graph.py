@@ -276,7 +276,7 @@ async def test_sqlite_never_runs_on_the_event_loop(graph: GraphDB) -> None:
     await commit
     duration = time.perf_counter() - started
     # On the loop, the lag would be the whole commit; in a thread it is scheduling noise.
-    assert busy < max(0.1, 3 * idle, duration / 5), (
+    assert busy < max(0.1, 3 * idle, duration * 0.6), (
         f"event loop stalled for {busy * 1000:.0f} ms during a {duration * 1000:.0f} ms commit "
         f"(idle lag {idle * 1000:.0f} ms)"
     )

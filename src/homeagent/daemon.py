@@ -535,6 +535,9 @@ def run_daemon(paths: DataPaths, *, log_level: str | None = None, web: bool = Tr
 
     async def main() -> int:
         daemon = Daemon(paths, web=web, log_level=log_level)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):  # before start: a signal during start-up stops cleanly too
+            loop.add_signal_handler(sig, daemon.stopped.set)
         try:
             await daemon.start()
         except AlreadyRunning as exc:
@@ -543,9 +546,6 @@ def run_daemon(paths: DataPaths, *, log_level: str | None = None, web: bool = Tr
         except ConfigError as exc:
             print(f"homeagent: cannot start: {exc}", file=sys.stderr)
             return 1
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, daemon.stopped.set)
         print(f"HomeAgent {__version__} running (pid {os.getpid()})", flush=True)
         print(f"  data dir: {paths.root}", flush=True)
         print(f"  socket:   {paths.socket}", flush=True)
