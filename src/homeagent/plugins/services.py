@@ -37,6 +37,7 @@ from homeagent.sdk.api import (
     SettingsAPI,
     TextMemoryAPI,
     Unregister,
+    coerce_tool_def,
 )
 from homeagent.sdk.types import InjectOptions, OutputCap, Stage, StageHandler, TextCleaner, ToolDef, ToolHandler
 
@@ -283,18 +284,15 @@ class HostSDK(PluginSDK):
         serial: bool = False,
         parallel_safe: bool = True,
     ) -> Unregister:
-        if isinstance(tool, str):
-            tool = ToolDef(
-                name=tool,
-                description=description,
-                parameters=parameters if parameters is not None else {"type": "object", "properties": {}},
-                no_memory=no_memory,
-                cleaner=cleaner,
-                serial=serial,
-                parallel_safe=parallel_safe,
-            )
-        elif not isinstance(tool, ToolDef):
-            raise TypeError(f"register_tool needs a ToolDef or a name, got {type(tool).__name__}")
+        tool = coerce_tool_def(
+            tool,
+            description=description,
+            parameters=parameters,
+            no_memory=no_memory,
+            cleaner=cleaner,
+            serial=serial,
+            parallel_safe=parallel_safe,
+        )
         self._check_open(f"tool {tool.name!r}")
         tool = dataclasses.replace(tool, plugin=self._name)
         undo = self._s.tools.register(tool, handler)

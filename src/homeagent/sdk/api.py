@@ -52,6 +52,7 @@ __all__ = [
     "SettingsAPI",
     "TextMemoryAPI",
     "Unregister",
+    "coerce_tool_def",
 ]
 
 Unregister = Callable[[], None]
@@ -62,6 +63,32 @@ ChannelHandler = Callable[[str, dict[str, Any], str], Awaitable[Any] | Any]
 
 EventCallback = Callable[[Any], Awaitable[None] | None]
 """Receives an event object with ``id``, ``type``, ``data`` (a dict) and ``ts``."""
+
+
+def coerce_tool_def(
+    tool: ToolDef | str,
+    *,
+    description: str = "",
+    parameters: dict[str, Any] | None = None,
+    no_memory: bool = False,
+    cleaner: TextCleaner | None = None,
+    serial: bool = False,
+    parallel_safe: bool = True,
+) -> ToolDef:
+    """The ToolDef that ``register_tool`` means: given whole, or built from a name plus keywords."""
+    if isinstance(tool, str):
+        return ToolDef(
+            name=tool,
+            description=description,
+            parameters=parameters if parameters is not None else {"type": "object", "properties": {}},
+            no_memory=no_memory,
+            cleaner=cleaner,
+            serial=serial,
+            parallel_safe=parallel_safe,
+        )
+    if not isinstance(tool, ToolDef):
+        raise TypeError(f"register_tool needs a ToolDef or a name, got {type(tool).__name__}")
+    return tool
 
 
 class ServiceUnavailable(RuntimeError):
