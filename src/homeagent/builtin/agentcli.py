@@ -51,6 +51,7 @@ TAIL_CHARS = 200
 MAX_INPUT_CHARS = 64 * 1024
 MAX_READ_WAIT = 30.0
 WRITE_TIMEOUT = 5.0
+SETTLE = 0.15  # seconds of quiet that end a terminal_read wait
 
 _FKEYS = ["\x1bOP", "\x1bOQ", "\x1bOR", "\x1bOS", "\x1b[15~", "\x1b[17~", "\x1b[18~", "\x1b[19~",
           "\x1b[20~", "\x1b[21~", "\x1b[23~", "\x1b[24~"]
@@ -71,6 +72,11 @@ def clean(text: str) -> str:
     """Terminal output as plain text: escape sequences gone, CRLF folded, stray CRs and BELs dropped."""
     text = _ANSI.sub("", text).replace("\r\n", "\n").replace("\x07", "")
     return "\n".join(line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n"))
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _err(message: str) -> dict[str, Any]:
@@ -239,7 +245,7 @@ class AgentCLIPlugin:
                       "required": ["id"], "additionalProperties": False}), self._write),
             (ToolDef("terminal_read",
                      "Read a terminal's output. clear=true (default): only what is new since the last read; "
-                     "clear=false: the whole buffer. wait: seconds to wait for output when there is none yet.",
+                     "clear=false: the whole buffer. wait: up to this many seconds for output to arrive and settle.",
                      {"type": "object", "properties": {
                          "id": {"type": "string"}, "clear": {"type": "boolean"},
                          "wait": {"type": "number", "minimum": 0, "maximum": MAX_READ_WAIT}},
@@ -294,11 +300,14 @@ class AgentCLIPlugin:
 
     def _on_output(self, t: Terminal, n: int) -> None:
         t.pending += n
+        enough = t.pending >= int(self._get("notify_bytes", 2048))
         if t._notify_handle is not None:
-            return
+            if not enough:
+                return
+            t._notify_handle.cancel()
         interval = self._seconds("notify_interval", 2.0)
         due = t.last_notify + interval - time.monotonic()
-        if t.pending >= int(self._get("notify_bytes", 2048)) or due <= 0:
+        if enough or due <= 0:
             # a short delay lets a burst of output arrive in one notice
             due = 0.05 if due <= 0 else 0.0
         loop = asyncio.get_running_loop()
@@ -338,7 +347,7 @@ class AgentCLIPlugin:
 
             t.proc = await asyncio.create_subprocess_exec(
                 *t.argv, stdin=slave, stdout=slave, stderr=slave, env=env,
-                start_new_session=True, preexec_fn=make_controlling,  # noqa: PLW1509
+                start_new_session=True, preexec_fn=make_controlling,
             )
         except BaseException:
             os.close(slave)
@@ -408,8 +417,8 @@ class AgentCLIPlugin:
                 continue
             except BlockingIOError:
                 pass
-            ready = loop.create_future()
-            loop.add_writer(t.master, lambda: ready.done() or ready.set_result(None))
+            ready: asyncio.Future[None] = loop.create_future()
+            loop.add_writer(t.master, _resolve, ready)
             try:
                 async with asyncio.timeout(max(deadline - loop.time(), 0.0)):
                     await ready
@@ -494,15 +503,8 @@ class AgentCLIPlugin:
             return t
         clear = args.get("clear", True) is not False
         wait = min(float(args.get("wait") or 0), MAX_READ_WAIT)
-        if wait > 0 and t.unread == 0 and t.running:
-            t.output.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await t.output.wait()
-                    while True:  # let the burst finish
-                        t.output.clear()
-                        async with asyncio.timeout(0.15):
-                            await t.output.wait()
+        if wait > 0 and t.running:
+            await self._settle(t, wait)
             t.touched = time.monotonic()
         raw = t.buffer[len(t.buffer) - t.unread:] if clear else t.buffer
         out: dict[str, Any] = {"id": t.id, "output": clean(raw), "running": t.running}
@@ -515,6 +517,22 @@ class AgentCLIPlugin:
             t.dropped = False
             t.pending = 0
         return out
+
+    @staticmethod
+    async def _settle(t: Terminal, wait: float) -> None:
+        """Wait (at most ``wait`` s) for output to arrive, then until it has been quiet for SETTLE s."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                if t.unread == 0:
+                    t.output.clear()
+                    await t.output.wait()
+                while t.running:
+                    t.output.clear()
+                    try:
+                        async with asyncio.timeout(SETTLE):
+                            await t.output.wait()
+                    except TimeoutError:
+                        return
 
     async def _resize(self, args: dict[str, Any]) -> Any:
         t = self._term(args)
