@@ -136,10 +136,11 @@ async def test_catalog_starts_through_the_plugin_registry(services: PluginServic
         health=HealthSources(started_at=time.time())), entry_points=False)
     summary = await registry.load_all()
     try:
-        assert summary["states"] == {"running": 5}, summary
+        assert summary["states"] == {"running": 7}, summary
         plugins = await tool_value(services, "healthcheck_plugins", {})
         assert {p["name"]: p["state"] for p in plugins["plugins"]} == {
-            "cfgmgr": "running", "cmd": "running", "files": "running", "healthcheck": "running", "timer": "running"}
+            "cfgmgr": "running", "cmd": "running", "files": "running", "healthcheck": "running", "timer": "running",
+            "agentcli": "running", "mcp": "running"}
         listed = await tool_value(services, "config_list_plugins", {})
         assert {"timer", "cmd", "files"} <= {p["name"] for p in listed["plugins"] if p.get("state") == "running"}
         await registry.disable("cmd")

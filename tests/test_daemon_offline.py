@@ -275,3 +275,12 @@ async def test_offline_answers_questions_from_recalled_documents(daemon: Daemon)
     assert "From memory" in final["text"] and "bicycle parking spot" in final["text"]
     # a statement is not answered from memory
     assert "From memory" not in response_of(await chat(daemon, "the bicycle needs new tyres"))["text"]
+
+
+async def test_spawned_child_agent_runs_and_reports(daemon: Daemon) -> None:
+    frames = await chat(daemon, '/tool spawn_child {"task": "my name is Child Task"}')
+    spawned = next(f for f in frames if f["type"] == "tool_call")
+    assert spawned["status"] == "ok" and "child_1" in spawned["result"]
+    frames = await chat(daemon, '/tool child_result {"task_id": "child_1", "wait": 10}')
+    result = next(f for f in frames if f["type"] == "tool_call")
+    assert "done" in result["result"] and "[offline]" in result["result"]

@@ -24,10 +24,11 @@ from typing import Any
 
 from homeagent import __version__
 from homeagent.agent.agent import Agent
-from homeagent.agent.memory_port import TurnMemory
-from homeagent.agent.process import TurnRunner, TurnSettings
+from homeagent.agent.memory_port import RecentTurns, TurnMemory
+from homeagent.agent.process import LLMSlot, TurnRunner, TurnSettings
 from homeagent.agent.prompt import PromptBuilder
 from homeagent.agent.stages import StageHost
+from homeagent.agent.subagents import SubAgents
 from homeagent.agent.tools import ToolRegistry
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
@@ -180,6 +181,31 @@ class Daemon:
             settings=settings,
         )
         self.agent = Agent(self.io, self.runner)
+
+        def make_child_runner(tool_filter: Callable[[ToolDef], bool]) -> TurnRunner:
+            # own context and own LLM slot: interrupts meant for the parent never cancel a child's call
+            return TurnRunner(
+                stages=self.stages,
+                tools=self.tools,
+                run_llm=self.llm.manager.run,
+                prompt=self.prompt,
+                memory=RecentTurns(),
+                events=self.events,
+                channels=self.channels,
+                settings=settings,
+                tool_filter=tool_filter,
+                slot=LLMSlot(),
+            )
+
+        self.subagents = SubAgents(
+            make_child_runner,
+            events=self.events,
+            max_children=lambda: cfg.get_int("core.agent.max_children", 3),
+            child_timeout=lambda: cfg.get_duration("core.agent.child_timeout", 600.0),
+        )
+        self.subagents.start()
+        for child_tool, child_handler in self.subagents.tools():
+            self._undo.append(self.tools.register(child_tool, child_handler))
         self._register_core_tools()
 
         self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self.agent.cancel_turn)
@@ -498,6 +524,7 @@ class Daemon:
         for name, closer in (
             ("socket", lambda: self.socket.close()),
             ("agent", lambda: self.agent.stop()),
+            ("subagents", lambda: self.subagents.close()),
             ("plugins", lambda: self.plugins.stop_all()),
             ("plugin processes", lambda: self.supervisor.close()),
             ("memory", lambda: self._stop_memory()),
@@ -523,7 +550,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

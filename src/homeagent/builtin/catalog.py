@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from homeagent.builtin import cfgmgr, cmd, files, healthcheck, timer
+from homeagent.builtin import agentcli, cfgmgr, cmd, files, healthcheck, mcp, timer
 from homeagent.builtin.healthcheck import HealthSources
 from homeagent.sdk.api import PluginFactory
 
@@ -23,4 +23,6 @@ def builtin_factories(*, health: HealthSources | None = None) -> dict[str, Plugi
         "files": files.create_plugin,
         "cfgmgr": cfgmgr.create_plugin,
         "healthcheck": functools.partial(healthcheck.create_plugin, sources=health),
+        "agentcli": agentcli.create_plugin,
+        "mcp": mcp.create_plugin,
     }

@@ -119,6 +119,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         # ---- agent
         _def("core.agent.max_tool_turns", 10, "int", "agent", "Max tool turns",
              "LLM rounds with tool calls allowed for one message.", min=1, max=100),
+        _def("core.agent.max_children", 3, "int", "agent", "Max sub-agents",
+             "Sub-agents (spawn_child) running at once.", min=1, max=16),
+        _def("core.agent.child_timeout", "10m", "duration", "agent", "Sub-agent time limit",
+             "A sub-agent still running after this long is cancelled."),
         _def("core.agent.max_context_size", 30, "int", "agent", "Context size",
              "Messages kept in the context window (the newest 10 always stay).", min=1),
         _def("core.agent.context_top_k", 30, "int", "agent", "Context top-k",

@@ -1,0 +1,103 @@
+"""The mcp plugin against a real MCP server (the SDK's MCPServer over stdio): tools, errors, crashes, reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from homeagent.builtin.mcp import parse_servers
+from homeagent.plugins.services import PluginServices
+from tests.fakes.builtins_host import started, tool_value
+from tests.fakes.plugins_host import make_services
+
+SERVER = str(Path(__file__).parent / "fakes" / "mcp_stdio_server.py")
+
+
+@pytest.fixture
+def services(tmp_path: Path) -> PluginServices:
+    return make_services(tmp_path / "data")
+
+
+def configure(services: PluginServices, servers: Any, **settings: Any) -> None:
+    services.config.set_plugin("mcp", "servers", json.dumps(servers))
+    for key, value in settings.items():
+        services.config.set_plugin("mcp", key, value)
+
+
+def tool_names(services: PluginServices, prefix: str) -> set[str]:
+    return {t.name for t in services.tools.tools() if t.name.startswith(prefix)}
+
+
+async def wait_for(predicate: Callable[[], bool], within: float = 10.0) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+def test_parse_servers_reports_each_bad_entry() -> None:
+    specs, problems = parse_servers(json.dumps([
+        {"name": "ok", "command": "x", "args": ["-v"], "env": {"A": 1}},
+        {"name": "web", "url": "http://127.0.0.1:1/mcp"},
+        {"name": "bad name!", "command": "x"},
+        {"name": "both", "command": "x", "url": "http://h"},
+        {"name": "ok", "command": "y"},
+        "nope",
+    ]))
+    assert [(s.name, s.args, s.env) for s in specs] == [("ok", ["-v"], {"A": "1"}), ("web", [], {})]
+    assert len(problems) == 4
+    assert parse_servers("{not json")[1][0].startswith("servers is not JSON")
+    assert parse_servers("[]") == ([], [])
+
+
+async def test_tools_are_registered_called_and_survive_a_crash(
+    services: PluginServices, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, "homeagent.plugin.mcp")
+    starts = tmp_path / "starts"
+    configure(services, [{"name": "calc", "command": sys.executable, "args": [SERVER],
+                          "env": {"MCP_START_LOG": str(starts)}}], ping_interval="300ms", max_backoff="1s")
+    async with started(services, "mcp") as plugin:
+        await wait_for(lambda: bool(tool_names(services, "calc_")))
+        assert tool_names(services, "calc_") == {"calc_add", "calc_shout", "calc_fail", "calc_die"}
+        assert "liar" in caplog.text and "skipped" in caplog.text  # the lying schema is refused, with a log line
+        add = services.tools.get("calc_add")
+        assert add is not None and add.description.startswith("[MCP/calc] Add two integers")
+        assert set(add.parameters["properties"]) == {"a", "b"} and add.plugin == "mcp"
+        value = await tool_value(services, "calc_add", {"a": 2, "b": 3})
+        assert "5" in json.dumps(value)
+        assert await tool_value(services, "calc_shout", {"text": "hi"}) == "HI!"
+        failed = await tool_value(services, "calc_fail", {})
+        assert failed["isError"] and "fail" in failed["content"]  # the SDK hides the exception text
+        bad_args = await tool_value(services, "calc_add", {"a": "two"})  # our registry checks the schema first
+        assert bad_args["isError"]
+        assert plugin.status()["calc"]["state"] == "connected"
+        # the server crashes mid-call: an error for that call, then it is restarted and its tools come back
+        died = await tool_value(services, "calc_die", {})
+        assert died["isError"]
+        await wait_for(lambda: len(starts.read_text().split()) >= 2 and plugin.status()["calc"]["state"] == "connected")
+        assert await tool_value(services, "calc_shout", {"text": "back"}) == "BACK!"
+    assert tool_names(services, "calc_") == set()  # removed with the plugin
+
+
+async def test_unreachable_and_broken_servers_never_stop_the_plugin(services: PluginServices) -> None:
+    configure(services, [
+        {"name": "ghost", "command": "/no/such/mcp-server"},
+        {"name": "web", "url": "http://127.0.0.1:9/mcp"},
+        {"name": "", "command": "x"},
+    ], max_backoff="1s", connect_timeout="2s")
+    async with started(services, "mcp") as plugin:
+        await wait_for(lambda: all(s["error"] for s in plugin.status().values()))
+        status = plugin.status()
+        assert set(status) == {"ghost", "web"}
+        assert all(s["state"] in ("starting", "reconnecting") and not s["tools"] for s in status.values())
+        assert tool_names(services, "ghost_") == set()
