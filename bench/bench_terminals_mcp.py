@@ -113,7 +113,7 @@ async def main() -> None:
         finally:
             await daemon.stop()
     mb = args.mb
-    print("| PTY, %d MB of output | median s | MB/s |" % mb)
+    print(f"| PTY, {mb} MB of output | median s | MB/s |")
     print("|---|---|---|")
     print(f"| bare pty read loop | {statistics.median(bare):.2f} | {mb / statistics.median(bare):.0f} |")
     print(f"| agentcli terminal | {statistics.median(term):.2f} | {mb / statistics.median(term):.0f} |")
