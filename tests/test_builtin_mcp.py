@@ -101,3 +101,33 @@ async def test_unreachable_and_broken_servers_never_stop_the_plugin(services: Pl
         assert set(status) == {"ghost", "web"}
         assert all(s["state"] in ("starting", "reconnecting") and not s["tools"] for s in status.values())
         assert tool_names(services, "ghost_") == set()
+
+
+async def test_streamable_http_server(services: PluginServices) -> None:
+    """A server reached by `url` (streamable HTTP), built with the SDK's MCPServer and served on loopback."""
+    import socket
+
+    import uvicorn
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("homeagent-http-test")
+
+    @server.tool(description="Multiply two integers.")
+    def mul(a: int, b: int) -> int:
+        return a * b
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    web = uvicorn.Server(uvicorn.Config(server.streamable_http_app(), log_level="warning", lifespan="on"))
+    serving = asyncio.ensure_future(web.serve(sockets=[sock]))
+    try:
+        await wait_for(lambda: web.started)
+        configure(services, [{"name": "web", "url": f"http://127.0.0.1:{port}/mcp"}])
+        async with started(services, "mcp"):
+            await wait_for(lambda: "web_mul" in tool_names(services, "web_"))
+            assert "42" in json.dumps(await tool_value(services, "web_mul", {"a": 6, "b": 7}))
+    finally:
+        web.should_exit = True
+        await serving
+        sock.close()
