@@ -5,6 +5,18 @@
 local M = {}
 
 -- OpenAI-style error object -> error kind understood by the provider manager.
+-- The plain text of OpenAI message content: a string, or parts with a text field.
+function M.text_of(content)
+  if type(content) == "string" then return content end
+  if type(content) ~= "table" then return "" end
+  local parts = {}
+  for _, p in ipairs(content) do
+    if type(p) == "string" then parts[#parts + 1] = p
+    elseif type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text end
+  end
+  return table.concat(parts, "\n")
+end
+
 function M.error_kind(err)
   if type(err) ~= "table" then return "server" end
   local t = tostring(err.type or err.code or err.status or "")

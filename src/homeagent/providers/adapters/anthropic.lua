@@ -3,16 +3,7 @@
 local VERSION_HEADER = "2023-06-01"
 local DEFAULT_MAX_TOKENS = 8192
 
-local function text_of(content)
-  if type(content) == "string" then return content end
-  if type(content) ~= "table" then return "" end
-  local parts = {}
-  for _, p in ipairs(content) do
-    if type(p) == "string" then parts[#parts + 1] = p
-    elseif type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text end
-  end
-  return table.concat(parts, "\n")
-end
+local text_of = openai_compat.text_of  -- plain text of a string or of content parts
 
 -- OpenAI user content (string or parts with text / image_url) -> Anthropic blocks
 local function user_blocks(content)

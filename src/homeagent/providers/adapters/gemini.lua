@@ -6,16 +6,7 @@ local function model_path(model)
   return "models/" .. model
 end
 
-local function text_of(content)
-  if type(content) == "string" then return content end
-  if type(content) ~= "table" then return "" end
-  local parts = {}
-  for _, p in ipairs(content) do
-    if type(p) == "string" then parts[#parts + 1] = p
-    elseif type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text end
-  end
-  return table.concat(parts, "\n")
-end
+local text_of = openai_compat.text_of  -- plain text of a string or of content parts
 
 local function user_parts(content)
   if type(content) ~= "table" then return { { text = tostring(content or "") } } end

@@ -1,16 +1,7 @@
 -- Ollama (http://127.0.0.1:11434): /api/chat with NDJSON streaming, options{temperature,
 -- num_predict}, tool calls with object arguments, "thinking" for reasoning models.
 -- No key needed; one given is sent as a Bearer token (for proxies and Ollama cloud).
-local function text_of(content)
-  if type(content) == "string" then return content end
-  if type(content) ~= "table" then return "" end
-  local parts = {}
-  for _, p in ipairs(content) do
-    if type(p) == "string" then parts[#parts + 1] = p
-    elseif type(p) == "table" and type(p.text) == "string" then parts[#parts + 1] = p.text end
-  end
-  return table.concat(parts, "\n")
-end
+local text_of = openai_compat.text_of  -- plain text of a string or of content parts
 
 local function images_of(content)
   if type(content) ~= "table" then return nil end
