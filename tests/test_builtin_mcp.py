@@ -131,3 +131,13 @@ async def test_streamable_http_server(services: PluginServices) -> None:
         web.should_exit = True
         await serving
         sock.close()
+
+
+async def test_mcp_tool_through_the_agent_loop(daemon: Any) -> None:
+    """The daemon's own mcp plugin, configured at run time and reloaded, called by the model in a turn."""
+    daemon.config.set("plugin.mcp.servers", json.dumps([{"name": "calc", "command": sys.executable, "args": [SERVER]}]))
+    await daemon.plugins.reload_one("mcp")
+    await wait_for(lambda: daemon.tools.get("calc_add") is not None, within=30)
+    result = await daemon.io.inject_sync("test", "test", '/tool calc_add {"a": 20, "b": 22}', timeout=30)
+    assert result.ok and "42" in result.text
+    assert result.tool_calls[0]["tool"] == "calc_add" and result.tool_calls[0]["status"] == "ok"
