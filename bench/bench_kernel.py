@@ -94,6 +94,17 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
             scenarios = {f"{k}, memory on": v for k, v in base.items()}
             scenarios.update({f"{k}, memory off": v for k, v in base.items()})
             full_memory, full_prompt = daemon.runner.memory, daemon.runner.prompt
+            llm_time = [0.0]
+            real_run = daemon.runner.run_llm
+
+            async def timed_run(*a: Any, **kw: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return await real_run(*a, **kw)
+                finally:
+                    llm_time[0] += time.perf_counter() - started
+
+            daemon.runner.run_llm = timed_run
             for name, script in scenarios.items():
                 if name.endswith("memory off"):
                     # the kernel alone: no context window, no memory prompt sections, no distiller hook
@@ -106,15 +117,19 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
                 else:
                     daemon.runner.memory, daemon.runner.prompt = full_memory, full_prompt
                 times = []
+                outside = []
                 for i in range(turns + 10):
                     fake.script(*script())
+                    llm_time[0] = 0.0
                     started = time.perf_counter()
                     result = await daemon.io.inject_sync("bench", "bench", f"turn {i}")
                     elapsed = time.perf_counter() - started
                     assert result.ok, result.error
                     if i >= 10:  # warm-up
                         times.append(elapsed)
+                        outside.append(elapsed - llm_time[0])
                 results[name] = times
+                results[name + " (outside the provider)"] = outside
             return results
         finally:
             await daemon.stop()
@@ -167,15 +182,19 @@ async def main() -> None:
     provider50 = statistics.median(scenarios.pop("provider.run only"))
     print(f"ProviderManager.run (Lua adapter + httpx) to the same server: p50 {provider50 * 1000:.2f} ms")
     print()
-    print("| turn (7 stages x 3 handlers) | LLM rounds | turn p50 ms | turn p95 ms | overhead p50 ms | overhead p95 ms | kernel-only p50 ms | turn / bare request |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| turn (7 stages x 3 handlers) | LLM rounds | turn p50 ms | turn p95 ms | overhead p50 ms | overhead p95 ms | kernel-only p50 ms | outside provider p50 / p95 ms | turn / bare request |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, times in scenarios.items():
+        if name.endswith("(outside the provider)"):
+            continue
+        outside = scenarios[name + " (outside the provider)"]
         rounds = 1 if name.startswith("0") else 2
         overhead = [t - rounds * base50 for t in times]
         print(
             f"| {name} | {rounds} | {statistics.median(times) * 1000:.2f} | {pct(times, 0.95) * 1000:.2f} | "
             f"{statistics.median(overhead) * 1000:.2f} | {pct(overhead, 0.95) * 1000:.2f} | "
             f"{(statistics.median(times) - rounds * provider50) * 1000:.2f} | "
+            f"{statistics.median(outside) * 1000:.2f} / {pct(outside, 0.95) * 1000:.2f} | "
             f"{statistics.median(times) / base50:.1f}x |"
         )
     times, rss = cold_start(args.cold)
