@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +58,8 @@ class InputMessage:
     source: str
     channel: str
     options: InjectOptions = field(default_factory=InjectOptions)
-    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    # 48 random bits are plenty to tell inputs apart; uuid4 read /dev/urandom on every message
+    id: str = field(default_factory=lambda: f"{random.getrandbits(48):012x}")
     ts: float = field(default_factory=time.time)
     sink: FrameSink | None = None
     reply: asyncio.Future[TurnResult] | None = None
