@@ -17,6 +17,15 @@ function M.text_of(content)
   return table.concat(parts, "\n")
 end
 
+-- Tool-call arguments as a table: decoded from JSON text; text that is not a JSON object is kept as _raw.
+function M.parse_args(arguments)
+  if type(arguments) == "table" then return arguments end
+  if type(arguments) ~= "string" or arguments == "" then return json.object() end
+  local ok, v = pcall(json.decode, arguments)
+  if ok and type(v) == "table" then return v end
+  return json.object({ _raw = arguments })
+end
+
 function M.error_kind(err)
   if type(err) ~= "table" then return "server" end
   local t = tostring(err.type or err.code or err.status or "")

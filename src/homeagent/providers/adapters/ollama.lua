@@ -16,13 +16,7 @@ local function images_of(content)
   return nil
 end
 
-local function parse_args(arguments)
-  if type(arguments) == "table" then return arguments end
-  if type(arguments) ~= "string" or arguments == "" then return json.object() end
-  local ok, v = pcall(json.decode, arguments)
-  if ok and type(v) == "table" then return v end
-  return json.object({ _raw = arguments })
-end
+local parse_args = openai_compat.parse_args  -- tool-call arguments as a table
 
 local function convert(messages)
   local out, names = json.array(), {}
