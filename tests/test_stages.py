@@ -436,3 +436,58 @@ async def test_empty_stage_is_cheap() -> None:
             await host.run(stage, ctx)
     per_turn = (time.perf_counter() - t0) / 1000
     assert per_turn < 0.0005  # 7 empty stages: well under the 2 ms kernel budget
+
+
+async def test_handlers_are_started_eagerly_but_stay_isolated() -> None:
+    """Handlers run up to their first wait without a task of their own; each still sees its own
+    copy of the context variables, a later wait is still concurrent and still timed out, and a
+    handler that raises (even CancelledError) on its first step fails alone."""
+    import contextvars
+
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="unset")
+    host = StageHost(default_timeout=0.3)
+    seen: dict[str, str] = {}
+    both_waiting = asyncio.Event()
+    waiting = 0
+
+    async def setter(ctx: StageContext) -> None:
+        marker.set("setter")
+        seen["setter-before"] = marker.get()
+        nonlocal waiting
+        waiting += 1
+        if waiting == 2:
+            both_waiting.set()
+        await asyncio.wait_for(both_waiting.wait(), 1)  # needs the other handler to be running too
+        seen["setter-after"] = marker.get()
+
+    async def reader(ctx: StageContext) -> None:
+        seen["reader"] = marker.get()
+        nonlocal waiting
+        waiting += 1
+        if waiting == 2:
+            both_waiting.set()
+        await asyncio.wait_for(both_waiting.wait(), 1)
+
+    async def instant(ctx: StageContext) -> None:
+        ctx.extra["instant"] = True
+
+    async def raises_cancelled(ctx: StageContext) -> None:
+        raise asyncio.CancelledError
+
+    async def sleeps_forever(ctx: StageContext) -> None:
+        await asyncio.sleep(3600)
+
+    for i, handler in enumerate((setter, reader, instant, raises_cancelled, sleeps_forever)):
+        host.register("pre_action", handler, plugin=f"p{i}")
+    ctx = StageContext()
+    started = time.perf_counter()
+    assert await host.run("pre_action", ctx) is False
+    assert time.perf_counter() - started < 2
+    assert seen == {"setter-before": "setter", "setter-after": "setter", "reader": "unset"}
+    assert marker.get() == "unset"  # nothing leaked into the turn
+    assert ctx.extra["instant"] is True
+    assert any("raises_cancelled" in e and "CancelledError" in e for e in ctx.errors)
+    assert any("sleeps_forever" in e and "timed out" in e for e in ctx.errors)
+    stats = {h.name: h for h in host.handlers("pre_action")}
+    assert stats["instant"].calls == 1 and stats["instant"].failures == 0
+    assert stats["sleeps_forever"].timeouts == 1

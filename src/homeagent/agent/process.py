@@ -136,6 +136,7 @@ class TurnRunner:
         self.settings = settings or TurnSettings()
         self.tool_filter = tool_filter
         self.slot = slot or LLMSlot()
+        self._tools_cache: tuple[int, list[ToolDef], list[dict[str, Any]]] | None = None
 
     # ------------------------------------------------------------------
     async def run(self, message: InputMessage, *, consolidation: bool = False) -> TurnResult:
@@ -176,20 +177,32 @@ class TurnRunner:
         ctx.context_msgs = list(history)
         if await self.stages.run(Stage.PRE_ACTION, ctx):
             return ctx.response or ""
-        tool_defs = [t for t in self.tools.tools() if self.tool_filter is None or self.tool_filter(t)]
+        tool_defs, openai_tools = self._tool_lists()
         system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs))
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *ctx.context_msgs,
             {"role": "user", "content": user_text},
         ]
-        return await self._tool_loop(ctx, turn, messages, tool_defs)
+        return await self._tool_loop(ctx, turn, messages, openai_tools)
+
+    def _tool_lists(self) -> tuple[list[ToolDef], list[dict[str, Any]]]:
+        """The tools this runner offers, and their wire form, rebuilt only when the registry changes.
+
+        Both lists are shared between turns (the prompt builder and the provider
+        cache their own renderings by identity), so nothing may mutate them.
+        """
+        generation = self.tools.generation
+        cached = self._tools_cache
+        if cached is None or cached[0] != generation:
+            defs = [t for t in self.tools.tools() if self.tool_filter is None or self.tool_filter(t)]
+            cached = self._tools_cache = (generation, defs, [t.to_openai() for t in defs])
+        return cached[1], cached[2]
 
     async def _tool_loop(
-        self, ctx: StageContext, turn: _Turn, messages: list[dict[str, Any]], tool_defs: list[ToolDef]
+        self, ctx: StageContext, turn: _Turn, messages: list[dict[str, Any]], openai_tools: list[dict[str, Any]]
     ) -> str:
         limit = max(1, int(self.settings.max_tool_turns()))
-        openai_tools = [t.to_openai() for t in tool_defs]
         for round_no in range(limit + 1):
             last_round = round_no == limit
             if last_round:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from homeagent.sdk.types import ToolDef
 
@@ -66,6 +67,7 @@ class PromptBuilder:
         self._sections: list[_Section] = []
         self._limit = tool_description_limit
         self._persona_cache: tuple[str, float, str] | None = None
+        self._tool_text_cache: tuple[list[ToolDef], int, str] | None = None
 
     def add_section(self, name: str, fn: SectionFn, *, order: int = 50, timeout: float = 2.0) -> Callable[[], None]:
         section = _Section(name, order, fn, timeout)
@@ -107,27 +109,48 @@ class PromptBuilder:
 
     async def build(self, inputs: PromptInputs) -> str:
         parts = [self.identity_text()]
-        results = await asyncio.gather(*(self._run(s, inputs) for s in self._sections))
-        parts.extend(r for r in results if r)
+        texts: list[str | None] = []
+        waiting: dict[int, Awaitable[str | None]] = {}
+        for section in self._sections:  # plain sections answer right here; only coroutines are gathered
+            try:
+                result = section.fn(inputs)
+            except Exception:
+                log.exception("prompt section %s failed; left out of this turn", section.name)
+                result = None
+            if asyncio.iscoroutine(result):
+                waiting[len(texts)] = self._finish(section, result)
+                result = None
+            texts.append(_usable(result))
+        if waiting:
+            for index, text in zip(waiting, await asyncio.gather(*waiting.values()), strict=True):
+                texts[index] = text
+        parts.extend(t for t in texts if t)
         parts.append(INTERRUPT_RULES)
         parts.append(OUTPUT_RULES)
         if inputs.tools:
-            lines = ["【可用工具列表】"]
-            for tool in inputs.tools:
-                desc = " ".join(tool.description.split())
-                if len(desc) > self._limit:
-                    desc = desc[: self._limit - 1] + "…"
-                lines.append(f"- {tool.name}: {desc}")
-            parts.append("\n".join(lines))
+            parts.append(self._tool_list_text(inputs.tools))
         parts.append(f"Current time: {time.strftime('%Y-%m-%d %H:%M %Z')}")
         return "\n\n".join(parts)
 
-    async def _run(self, section: _Section, inputs: PromptInputs) -> str | None:
+    def _tool_list_text(self, tools: list[ToolDef]) -> str:
+        """The tool list section; the turn runner passes the same list until the tools change."""
+        cached = self._tool_text_cache
+        if cached is not None and cached[0] is tools and cached[1] == len(tools):
+            return cached[2]
+        lines = ["【可用工具列表】"]
+        for tool in tools:
+            desc = " ".join(tool.description.split())
+            if len(desc) > self._limit:
+                desc = desc[: self._limit - 1] + "…"
+            lines.append(f"- {tool.name}: {desc}")
+        text = "\n".join(lines)
+        self._tool_text_cache = (tools, len(tools), text)
+        return text
+
+    async def _finish(self, section: _Section, pending: Coroutine[Any, Any, str | None]) -> str | None:
         try:
-            result = section.fn(inputs)
-            if asyncio.iscoroutine(result):
-                result = await asyncio.wait_for(result, section.timeout)
-            return result if isinstance(result, str) and result.strip() else None
+            async with asyncio.timeout(section.timeout):
+                return _usable(await pending)
         except asyncio.CancelledError:
             raise
         except TimeoutError:
@@ -136,3 +159,7 @@ class PromptBuilder:
         except Exception:
             log.exception("prompt section %s failed; left out of this turn", section.name)
             return None
+
+
+def _usable(result: object) -> str | None:
+    return result if isinstance(result, str) and result.strip() else None

@@ -50,13 +50,14 @@ Choices beyond the SDK matrix (the matrix itself is :data:`WRITABLE`):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import enum
 import inspect
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -263,7 +264,6 @@ class _Entry:
     name: str
     own_tools: bool
     timeout: float
-    is_async: bool
     calls: int = 0
     failures: int = 0
     timeouts: int = 0
@@ -336,7 +336,6 @@ class StageHost:
             name=name or _handler_name(handler),
             own_tools=own_tools and st in _TOOL_STAGES,
             timeout=self._default_timeout if timeout is None else _check_timeout(timeout),
-            is_async=inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__),
         )
         self._entries[st] = (*self._entries[st], entry)  # copy-on-write: a running stage keeps its snapshot
 
@@ -385,15 +384,16 @@ class StageHost:
         start = loop.time()
         tasks: dict[asyncio.Task[None], _Entry] = {}
         try:
+            # Every handler is started right here, up to its first real wait (as Python 3.12's
+            # eager tasks do): a handler that waits for nothing costs no task and no loop pass.
             for e in entries:
-                if e.is_async:
-                    tasks[loop.create_task(self._invoke(e, view, ctx))] = e
-            for e in entries:  # plain functions run right here, while the async ones are scheduled
-                if not e.is_async and (more := self._call_sync(e, view, ctx)) is not None:
-                    tasks[loop.create_task(self._invoke(e, view, ctx, more))] = e
+                started = self._start(e, view, ctx)
+                if started is not None:
+                    waiting, context, t0 = started
+                    tasks[loop.create_task(self._finish(e, ctx, waiting, t0), context=context)] = e
             if not tasks:
                 return
-            # One loop pass lets every handler that waits for nothing finish, saving the
+            # One loop pass lets every handler whose wait is already over finish, saving the
             # two extra passes asyncio.wait() costs; only real waiters reach the loop below.
             await asyncio.sleep(0)
             pending = {t for t in tasks if not t.done()}
@@ -419,16 +419,31 @@ class StageHost:
         finally:
             view._close()
 
-    def _call_sync(self, entry: _Entry, view: StageView, ctx: StageContext) -> Awaitable[Any] | None:
-        """Call a plain-function handler on the loop; an awaitable it returns is handed back to be awaited."""
+    def _start(
+        self, entry: _Entry, view: StageView, ctx: StageContext
+    ) -> tuple[Awaitable[Any], contextvars.Context | None, float] | None:
+        """Call a handler and run it up to its first real wait; None when it has finished.
+
+        A coroutine runs in its own copy of the context variables, as it would in
+        a task of its own, and its task later continues in that same copy. A
+        handler's exception here is its failure, never the stage's; so is a
+        ``CancelledError`` it raises itself (nothing can cancel a synchronous step).
+        """
         t0 = time.perf_counter()
         try:
             result = entry.handler(view)
-        except Exception as exc:
+            if asyncio.iscoroutine(result):
+                context = contextvars.copy_context()
+                try:
+                    first = context.run(result.send, None)
+                except StopIteration:
+                    pass
+                else:
+                    return _Resumed(result, first), context, t0
+            elif inspect.isawaitable(result):
+                return result, None, t0
+        except (Exception, asyncio.CancelledError) as exc:
             self._record_failure(entry, ctx, exc)
-            result = None
-        if inspect.isawaitable(result):
-            return result
         elapsed = time.perf_counter() - t0
         entry.calls += 1
         entry.total_time += elapsed
@@ -436,14 +451,9 @@ class StageHost:
             logger.warning("stage handler %s blocked the event loop for %.0f ms", entry.label, elapsed * 1000)
         return None
 
-    async def _invoke(
-        self, entry: _Entry, view: StageView, ctx: StageContext, started: Awaitable[Any] | None = None
-    ) -> None:
-        t0 = time.perf_counter()
+    async def _finish(self, entry: _Entry, ctx: StageContext, waiting: Awaitable[Any], t0: float) -> None:
         try:
-            result = entry.handler(view) if started is None else started
-            if inspect.isawaitable(result):
-                await result
+            await waiting
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -452,7 +462,7 @@ class StageHost:
             entry.calls += 1
             entry.total_time += time.perf_counter() - t0
 
-    def _record_failure(self, entry: _Entry, ctx: StageContext, exc: Exception) -> None:
+    def _record_failure(self, entry: _Entry, ctx: StageContext, exc: BaseException) -> None:
         entry.failures += 1
         logger.error("stage handler %s failed in %s", entry.label, entry.stage.value, exc_info=exc)
         ctx.errors.append(f"{entry.label}: {type(exc).__name__}: {exc}")
@@ -481,3 +491,37 @@ def _own_tools_filter(stage: Stage, ctx: StageContext, entries: tuple[_Entry, ..
     elif ctx.tool_call is not None:
         owner = ctx.tool_call.plugin
     return tuple(e for e in entries if not e.own_tools or e.plugin == owner)
+
+
+class _Resumed:
+    """Awaitable that carries on a coroutine already run up to its first wait.
+
+    ``first`` is what the coroutine yielded (the future it waits for, or None
+    for a bare yield); it is handed to the task as if the task had stepped the
+    coroutine itself, and everything after is forwarded the way ``await`` does.
+    """
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, value = self._coro, self._first
+        while True:
+            try:
+                sent = yield value
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation (or anything thrown in) goes to the coroutine
+                try:
+                    value = coro.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    value = coro.send(sent)
+                except StopIteration as stop:
+                    return stop.value
