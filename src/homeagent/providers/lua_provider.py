@@ -38,6 +38,8 @@ log = logging.getLogger("homeagent.providers")
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a non-streamed response larger than this is refused
 MAX_LINE_BYTES = 8 * 1024 * 1024  # one stream line larger than this is refused
 OFFLOAD_BYTES = 256 * 1024  # request JSON above this size is transformed in a worker thread
+FINISH_BODY_SECONDS = 0.25  # how long to wait for the end of a body after the stream's end marker
+FINISH_BODY_MAX_LINES = 16  # lines read after the end marker before giving up on reusing the connection
 CHARS_PER_TOKEN = 3  # the context-window estimate: characters / 3
 
 
@@ -215,7 +217,8 @@ class LuaAdaptedProvider:
                     data = await _read_capped(resp, 1024 * 1024, self)
                     raise self._http_error(resp, data)
                 state = adapter.new_stream_state()
-                async for line in _payloads(resp, self):
+                payloads = _payloads(resp, self)
+                async for line in payloads:
                     try:
                         parsed = await adapter.parse_chunk(line, state, lua_ctx)
                     except AdapterError as exc:
@@ -231,6 +234,7 @@ class LuaAdaptedProvider:
                     if chunk is not None:
                         yield chunk
                     if parsed.done:
+                        await _finish_body(payloads)
                         break
         except ProviderError:
             raise
@@ -301,6 +305,24 @@ async def _read_capped(resp: httpx.Response, cap: int, provider: LuaAdaptedProvi
             raise provider._err(f"response larger than {cap} bytes", "bad_response", status=resp.status_code)
         parts.append(piece)
     return b"".join(parts)
+
+
+async def _finish_body(payloads: AsyncIterator[str]) -> None:
+    """Read the little that follows the end marker so the connection goes back to the pool.
+
+    A response left half-read is closed instead of reused, which costs a new
+    TCP (and, against a real API, TLS) handshake on every request. Whatever a
+    misbehaving server sends after its end marker is ignored, and only briefly.
+    """
+    try:
+        async with asyncio.timeout(FINISH_BODY_SECONDS):
+            extra = 0
+            async for _line in payloads:
+                extra += 1
+                if extra > FINISH_BODY_MAX_LINES:
+                    return
+    except (TimeoutError, httpx.HTTPError, ProviderError):
+        return
 
 
 _SSE_SKIP = ("event:", "id:", "retry:", ":")
