@@ -169,6 +169,43 @@ def test_json_roundtrip_keeps_arrays_objects_and_unicode(sb: LuaSandbox) -> None
     assert sb.call(sb.load("return function() return json.decode('\"\\\\ud83d\\\\ude00\"') end", "/x/u.lua")) == "😀"
 
 
+@pytest.mark.parametrize("body", [
+    "while true do json.decode('[1, 2, 3]') end",
+    "local big = string.rep('x', 100000)\n  while true do json.encode({big}) end",
+    "while true do pcall(json.decode, '{\"a\": 1}') end",
+])
+def test_endless_loop_over_json_calls_is_stopped(sb: LuaSandbox, body: str) -> None:
+    # the codec runs without the count hook: its cost is charged to the budget instead
+    fn = sb.load(f"return function()\n  {body}\nend", "/plugins/jloop.lua")
+    started = time.perf_counter()
+    with pytest.raises(LuaBudgetExceeded) as info:
+        sb.call(fn)
+    assert time.perf_counter() - started < 5.0
+    assert "/plugins/jloop.lua:" in str(info.value)
+    assert run(sb, "return json.encode(json.decode('[1]'))") == "[1]"
+
+
+def test_json_decode_can_keep_values_as_text(sb: LuaSandbox) -> None:
+    text = json.dumps([{"name": "a", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+                       {"name": "b", "parameters": None}, {"name": "c", "nested": {"parameters": [1, {"x": "y"}]}}])
+    fn = sb.load("return function(s)\n  local t = json.decode(s, {raw = {'parameters'}})\n"
+                 "  return getmetatable(t[1].parameters), t[2].parameters == nil, json.encode(t)\nend", "/x/raw.lua")
+    mt, absent, out = sb.call_multi(fn, text)
+    assert mt == "json.raw" and absent is True
+    assert json.loads(out) == [{"name": "a", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+                               {"name": "b"}, {"name": "c", "nested": {"parameters": [1, {"x": "y"}]}}]
+    with pytest.raises(LuaError, match="option 'raw'"):
+        run(sb, "return json.decode('{}', {raw = 'parameters'})")
+
+
+def test_json_encode_escapes_what_the_lenient_decoder_let_through(sb: LuaSandbox) -> None:
+    # raw control characters are invalid JSON; the decoder accepts them, the encoder must escape them
+    fn = sb.load("return function(s) return json.encode(json.decode(s)) end", "/x/ctl.lua")
+    out = sb.call(fn, '{"long text with raw control characters": "a\x01b\tc and more than twelve bytes"}')
+    assert "\x01" not in out and "\t" not in out
+    assert json.loads(out) == {"long text with raw control characters": "a\x01b\tc and more than twelve bytes"}
+
+
 def test_json_decode_error_is_reported(sb: LuaSandbox) -> None:
     with pytest.raises(LuaError, match=r"json.decode: .*at byte"):
         run(sb, "return json.decode('{\"a\": }')")

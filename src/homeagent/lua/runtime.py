@@ -178,6 +178,16 @@ local JSON_ERR = "json.decode: "
 local s, pos, len = "", 1, 0
 local nb = 0 -- position of the next backslash at/after the scan point; -1 = none left
 local value
+-- While the host's own JSON (the request) is decoded, every string is noted in
+-- `memo` with its JSON form (true = needs only quotes), so the encoder copies it
+-- back instead of scanning it for characters to escape. Untrusted text (what
+-- adapters decode themselves) is never memoised: the lenient decoder accepts raw
+-- control characters that must not reach the output unescaped.
+local request_memo = false -- the current request's memo, or false
+local mo = false           -- request_memo while decoding host text, else false
+local NOMEMO = {}          -- stays empty
+local MEMO_MIN = 12        -- shorter strings are cheap to scan
+local rk = false           -- keys whose values stay JSON text (json.decode's `raw` option)
 
   local function fail(what, at)
     local snippet = sub(s, (at or pos), (at or pos) + 15)
@@ -191,15 +201,20 @@ local value
     if nb ~= -1 and nb < i then nb = find(s, "\\", i, true) or -1 end
     if nb == -1 or nb > e then
       pos = e + 1
-      return sub(s, i, e - 1)
+      local v = sub(s, i, e - 1)
+      if mo and e - i >= MEMO_MIN then mo[v] = true end
+      return v
     end
+    local i0 = i
     local parts, n = {}, 0
     e = nb
     while true do
       if byte(s, e) == 34 then
         n = n + 1; parts[n] = sub(s, i, e - 1)
         pos = e + 1
-        return concat(parts)
+        local v = concat(parts)
+        if mo then mo[v] = sub(s, i0 - 1, e) end
+        return v
       end
       n = n + 1; parts[n] = sub(s, i, e - 1)
       local x = byte(s, e + 1)
@@ -258,7 +273,14 @@ local value
           end
           pos = pos + 1
         end
-        local v = value()
+        local v
+        if rk and rk[k] then
+          local st = pos
+          v = value()
+          if v ~= null then v = raw_setmetatable({sub(s, st, pos - 1)}, raw_mt) end
+        else
+          v = value()
+        end
         if v ~= null then t[k] = v end
         c = byte(s, pos)
         if c == 32 or c == 10 or c == 13 or c == 9 then pos = find(s, "[^ \t\r\n]", pos) or (len + 1); c = byte(s, pos) end
@@ -299,9 +321,12 @@ local value
     fail(c and "unexpected character" or "unexpected end of input")
   end
 
-local function decode_impl(text)
+local function decode_impl(text, trusted, raw_keys)
   s, pos, len, nb = text, 1, #text, 0
+  mo = trusted and request_memo
+  rk = raw_keys or false
   local v = value()
+  mo, rk = false, false
   if pos <= len then
     pos = find(s, "[^ \t\r\n]", pos) or (len + 1)
     if pos <= len then fail("trailing characters") end
@@ -311,10 +336,56 @@ local function decode_impl(text)
   return v
 end
 
-function json.decode(s)
+-- The JSON codec is trusted code doing most of an adapter's work. It runs on a
+-- helper coroutine created here, in the host's main state, so it carries no
+-- count hook (a count hook makes Lua 5.4 trap every instruction: ~1.5x slower).
+-- Its cost is charged to the calling job's instruction budget instead, in
+-- proportion to the bytes handled, so loops over json calls still run out.
+local corunning = coroutine.running
+local charge -- charge(cost): defined with the job runner below
+local helper
+local function helper_loop(f, a, b, c)
+  while true do
+    f, a, b, c = coyield(pcall(f, a, b, c))
+  end
+end
+local function unhooked(f, a, b, c)
+  local h = helper
+  if h == nil or costatus(h) ~= "suspended" then
+    if h ~= nil and costatus(h) ~= "dead" then return pcall(f, a, b, c) end -- re-entered: run here
+    h = cocreate(helper_loop)
+    sethook(h) -- a coroutine inherits its creator's hook
+    helper = h
+  end
+  local _, ok, v = coresume(h, f, a, b, c)
+  return ok, v
+end
+
+-- json.decode(text [, {raw = {"key", ...}}]): values of the named keys (at any
+-- depth) stay JSON text, as json.raw values the encoder copies verbatim.
+function json.decode(s, opts)
   if type(s) ~= "string" then error("json.decode: string expected, got " .. type(s), 2) end
-  local ok, v = pcall(decode_impl, s)
+  local raw_keys = false
+  if opts ~= nil then
+    if type(opts) ~= "table" then error("json.decode: options must be a table", 2) end
+    local keys = opts.raw
+    if keys ~= nil then
+      if type(keys) ~= "table" then error("json.decode: option 'raw' must be a list of keys", 2) end
+      raw_keys = {}
+      for _, key in ipairs(keys) do raw_keys[key] = true end
+    end
+  end
+  charge(32 + #s // 2)
+  local ok, v = unhooked(decode_impl, s, nil, raw_keys)
   if not ok then error(v, 2) end
+  return v
+end
+
+-- Host entry points: decode ``text`` (``trusted``: the host's own JSON) / encode, unhooked.
+local function decode_host(text, trusted)
+  charge(32 + #text // 2)
+  local ok, v = unhooked(decode_impl, text, trusted)
+  if not ok then error(v, 0) end
   return v
 end
 
@@ -326,7 +397,7 @@ local function lazy_object(t, pending)
     local text = pending[k]
     if text == nil then return nil end
     pending[k] = nil
-    local v = decode_impl(text)
+    local v = decode_host(text, true)
     rawset(tt, k, v)
     return v
   end
@@ -381,40 +452,90 @@ local function fix_utf8(s)
 end
 
 local buf, n, seen = {}, 0, {}
+local em = NOMEMO -- the memo of the request being encoded (see request_memo)
+-- Short strings known to need no escaping (keys, roles, types): a bounded cache.
+local plain, nplain = {}, 0
+local function quote(v)
+  if find(v, '[%c"\\]') then return (gsub(v, '[%c"\\]', escmap)) end
+  if #v <= 40 then
+    if nplain >= 1024 then plain, nplain = {}, 0 end
+    plain[v] = true; nplain = nplain + 1
+  end
+  return v
+end
+
+-- An object key as JSON text without its quotes.
+local function key_text(k)
+  local tk = type(k)
+  if tk == "number" then k = tostring(k)
+  elseif tk ~= "string" then error("json.encode: cannot use a " .. tk .. " as an object key", 0) end
+  if plain[k] or em[k] == true then return k end
+  return quote(k)
+end
+
+local function number_text(v)
+  if mtype(v) == "integer" then return format("%d", v) end
+  if v ~= v or v == huge or v == -huge then error("json.encode: cannot encode " .. tostring(v), 0) end
+  if v == floor(v) and v > -1e15 and v < 1e15 then return format("%d", v) end
+  return format("%.17g", v)
+end
+
+-- Strings (the bulk of a request) are written inline by the container loops:
+-- a memo hit or a cached plain string costs one table lookup, no scan.
 local enc
 function enc(v, depth)
     local tv = type(v)
     if tv == "string" then
-      if find(v, '[%c"\\]') then v = gsub(v, '[%c"\\]', escmap) end
-      buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'; n = n + 3
+      local m = em[v]
+      if m == nil then
+        if not plain[v] then v = quote(v) end
+        buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'; n = n + 3
+      elseif m == true then
+        buf[n + 1] = '"'; buf[n + 2] = v; buf[n + 3] = '"'; n = n + 3
+      else
+        n = n + 1; buf[n] = m
+      end
     elseif tv == "number" then
-      n = n + 1
-      if mtype(v) == "integer" then buf[n] = format("%d", v)
-      elseif v ~= v or v == huge or v == -huge then error("json.encode: cannot encode " .. tostring(v), 0)
-      elseif v == floor(v) and v > -1e15 and v < 1e15 then buf[n] = format("%d", v)
-      else buf[n] = format("%.17g", v) end
+      n = n + 1; buf[n] = number_text(v)
     elseif tv == "boolean" then
       n = n + 1; buf[n] = v and "true" or "false"
     elseif tv == "table" then
-      local kind = jsontype(v)
-      if kind == "null" then n = n + 1; buf[n] = "null"; return end
-      if kind == "raw" then n = n + 1; buf[n] = rawget(v, 1); return end
+      local mt = dgetmetatable(v)
+      local kind, pending
+      if mt == object_mt then kind = "object"
+      elseif mt == array_mt then kind = "array"
+      elseif mt ~= nil then
+        kind = rawget(mt, "__jsontype")
+        if kind == "null" then n = n + 1; buf[n] = "null"; return end
+        if kind == "raw" then n = n + 1; buf[n] = rawget(v, 1); return end
+        pending = rawget(mt, "__lazy")
+      end
       if seen[v] then error("json.encode: cycle in table", 0) end
       if depth > 200 then error("json.encode: nested too deep", 0) end
       seen[v] = true
+      depth = depth + 1
       if is_sequence(v, kind) then
         n = n + 1; buf[n] = "["
         for i = 1, rawlen(v) do
           if i > 1 then n = n + 1; buf[n] = "," end
           local x = rawget(v, i)
-          if x == nil then n = n + 1; buf[n] = "null" else enc(x, depth + 1) end
+          if type(x) == "string" then
+            local m = em[x]
+            if m == nil then
+              if not plain[x] then x = quote(x) end
+              buf[n + 1] = '"'; buf[n + 2] = x; buf[n + 3] = '"'; n = n + 3
+            elseif m == true then
+              buf[n + 1] = '"'; buf[n + 2] = x; buf[n + 3] = '"'; n = n + 3
+            else
+              n = n + 1; buf[n] = m
+            end
+          elseif x == nil then n = n + 1; buf[n] = "null"
+          else enc(x, depth) end
         end
         n = n + 1; buf[n] = "]"
       else
         n = n + 1; buf[n] = "{"
         local first = true
-        local mt = dgetmetatable(v)
-        local pending = mt and rawget(mt, "__lazy")
         if pending then
           for k, text in next, pending do
             if rawget(v, k) ~= nil then goto continue end -- replaced by the adapter
@@ -424,13 +545,22 @@ function enc(v, depth)
           end
         end
         for k, x in next, v do
-          local tk = type(k)
-          if tk == "number" then k = tostring(k)
-          elseif tk ~= "string" then error("json.encode: cannot use a " .. tk .. " as an object key", 0) end
           if first then first = false else n = n + 1; buf[n] = "," end
-          if find(k, '[%c"\\]') then k = gsub(k, '[%c"\\]', escmap) end
-          buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":'; n = n + 3
-          enc(x, depth + 1)
+          if not plain[k] then k = key_text(k) end
+          if type(x) == "string" then
+            local m = em[x]
+            if m == nil then
+              if not plain[x] then x = quote(x) end
+              buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":"'; buf[n + 4] = x; buf[n + 5] = '"'; n = n + 5
+            elseif m == true then
+              buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":"'; buf[n + 4] = x; buf[n + 5] = '"'; n = n + 5
+            else
+              buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":'; buf[n + 4] = m; n = n + 4
+            end
+          else
+            buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":'; n = n + 3
+            enc(x, depth)
+          end
         end
         n = n + 1; buf[n] = "}"
       end
@@ -442,16 +572,26 @@ function enc(v, depth)
     end
   end
 local function encode_impl(root)
-  buf, n, seen = {}, 0, {}
+  n, seen = 0, {}
+  em = request_memo or NOMEMO
   enc(root, 0)
   local out = concat(buf, "", 1, n)
-  buf, seen = {}, {}
+  if n > 4096 then buf = {} end -- slots past n are ignored: a small buffer is reused as is
+  seen = {}
   return fix_utf8(out)
 end
 
 function json.encode(v)
-  local ok, s = pcall(encode_impl, v)
+  local ok, s = unhooked(encode_impl, v)
   if not ok then error(s, 2) end
+  charge(32 + #s // 2)
+  return s
+end
+
+local function encode_host(v)
+  local ok, s = unhooked(encode_impl, v)
+  if not ok then error(s, 0) end
+  charge(32 + #s // 2)
   return s
 end
 
@@ -583,10 +723,26 @@ local function job_loop(fn, ...)
   return job_loop(coyield(DONE, fn(...)))
 end
 
+local by_co = raw_setmetatable({}, {__mode = "k"}) -- worker coroutine -> its worker
+
+local function again() error("instruction budget exceeded", 2) end
+
+function charge(cost)
+  local w = by_co[corunning()]
+  if w == nil then return end -- the host itself (no budget)
+  local used = w.used + cost
+  w.used = used
+  if used >= w.budget then
+    w.exceeded = true
+    sethook(w.co, again, "", 1)
+    error("instruction budget exceeded", 3)
+  end
+end
+
 local function new_worker()
   local w = {co = cocreate(job_loop), used = 0, budget = 0, step = 0, soft = 0, exceeded = false}
   local co = w.co
-  local function again() error("instruction budget exceeded", 2) end
+  by_co[co] = w
   w.hook = function()
     local used = w.used + w.step
     w.used = used
@@ -671,7 +827,7 @@ local function flatten(root)
     if type(v) == "table" then
       local kind = jsontype(v)
       if kind == "null" then nt = nt + 1; types[nt] = "z"; return end
-      if kind == "raw" then return walk(decode_impl(rawget(v, 1)), depth) end
+      if kind == "raw" then return walk(decode_host(rawget(v, 1)), depth) end
       local lmt = dgetmetatable(v)
       if lmt and rawget(lmt, "__lazy") then for k in next, rawget(lmt, "__lazy") do local _ = v[k] end end
       if seen[v] then error("cannot convert a table that contains itself", 0) end
@@ -719,7 +875,8 @@ end
 return {
   json = json, new_env = new_env, compile = compile, start = start, resume = resume, abandon = abandon,
   flatten = flatten, lazy_object = lazy_object, memory_kb = memory_kb, collect = collect, fix_utf8 = fix_utf8, stash = stash, take = take,
-  encode = encode_impl, decode = decode_impl, where = where, null = null, describe = describe,
+  encode = encode_host, decode = decode_host, where = where, null = null, describe = describe,
+  memo_begin = function() request_memo = {} end, memo_end = function() request_memo = false end,
   is_array = function(t) return jsontype(t) == "array" end,
 }
 """

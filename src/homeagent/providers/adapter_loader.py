@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,11 +33,13 @@ __all__ = [
     "ParsedResponse",
     "RequestContext",
     "RequestJSON",
+    "openai_chunk_fast",
     "request_parts",
 ]
 
 BUILTIN_DIR = Path(__file__).parent / "adapters"
 COMPAT_LIB = "_openai_compat.lua"
+STREAM_FORMATS = ("openai",)  # values of an adapter's `stream_format` field
 
 
 class AdapterError(Exception):
@@ -107,6 +110,7 @@ class AdapterInfo:
 _HARNESS = r"""
 local api, A, chunkname = ...
 local decode, encode, fix_utf8, describe = api.decode, api.encode, api.fix_utf8, api.describe
+local memo_begin, memo_end = api.memo_begin, api.memo_end
 local type, tostring, tonumber, error, rawlen, select = type, tostring, tonumber, error, rawlen, select
 local floor = math.floor
 local unpack = table.unpack
@@ -177,13 +181,16 @@ local function args_text(fname, v)
 end
 
 function H.request(req_json, messages_json, tools_json, ctx)
+  memo_begin() -- strings of the host's request JSON are re-encoded without a scan
   local pending = {messages = messages_json}
   if tools_json ~= "" then pending.tools = tools_json end
-  local req = api.lazy_object(decode(req_json), pending)
+  local req = api.lazy_object(decode(req_json, true), pending)
   local body = A.transform_request(req, ctx)
-  if type(body) == "string" then return body end
-  if type(body) ~= "table" then bad("transform_request", "returned a " .. type(body) .. ", expected a table or a JSON string") end
-  return encode(body)
+  if type(body) == "string" then memo_end(); return body end
+  if type(body) ~= "table" then memo_end(); bad("transform_request", "returned a " .. type(body) .. ", expected a table or a JSON string") end
+  local text = encode(body)
+  memo_end()
+  return text
 end
 
 function H.response(raw, ctx)
@@ -322,6 +329,10 @@ class Adapter:
         needs = table["needs_api_key"]
         self.needs_api_key = True if needs is None else bool(needs)
         self.streams = table["transform_stream_chunk"] is not None
+        fmt = table["stream_format"]
+        if fmt is not None and fmt not in STREAM_FORMATS:
+            raise LuaError(f"field 'stream_format' is {fmt!r}, expected one of: {', '.join(STREAM_FORMATS)}")
+        self.stream_format: str = str(fmt or "")
         endpoint = table["endpoint"]
         self._static_endpoint: str | None = endpoint if isinstance(endpoint, str) else None
         self._harness = sandbox.load_trusted(_HARNESS, "homeagent/adapter-harness", table, self.chunkname)
@@ -404,6 +415,17 @@ class Adapter:
         return self.sandbox.new_table()
 
     async def parse_chunk(self, line: str, state: Any, lua_ctx: Any) -> ParsedChunk | None:
+        """One stream payload -> a chunk. With ``stream_format = "openai"`` ordinary delta
+        chunks are parsed natively (same result as ``openai_compat.chunk``); the rest, and
+        every chunk of other adapters, go through ``transform_stream_chunk``."""
+        if self.stream_format == "openai":
+            fast = openai_chunk_fast(line)
+            if fast is not None:
+                return fast
+        return await self.parse_chunk_lua(line, state, lua_ctx)
+
+    async def parse_chunk_lua(self, line: str, state: Any, lua_ctx: Any) -> ParsedChunk | None:
+        """One stream payload through the adapter's ``transform_stream_chunk`` (never the fast path)."""
         v = await self._run(self._h_chunk, line, state, lua_ctx, size=len(line))
         if not v or v[0] is None:
             return None
@@ -605,6 +627,7 @@ def _check_shape(sandbox: LuaSandbox, table: Any, chunk: str, path: Path) -> Non
         "name": ("string", "nil"),
         "version": ("string", "number", "nil"),
         "needs_api_key": ("boolean", "nil"),
+        "stream_format": ("string", "nil"),
     }
     for key, allowed in rules.items():
         actual = lua_type(table[key])
@@ -636,3 +659,116 @@ def request_parts(request: dict[str, Any]) -> RequestJSON:
     rest = {k: v for k, v in request.items() if k not in ("messages", "tools")}
     tools = request.get("tools")
     return RequestJSON(dumps(rest), dumps(request.get("messages") or []), dumps(tools) if tools else "")
+
+
+# ------------------------------------------------------------ stream fast path
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # the Lua decoder rejects NaN/Infinity too
+
+
+_CHUNK_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # stateless
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_MAX_INDEX = 2**53  # beyond this a Lua number is a float
+
+
+def openai_chunk_fast(line: str) -> ParsedChunk | None:
+    """An OpenAI chat-completion stream payload parsed in Python, or None to decline.
+
+    Gives exactly what ``openai_compat.chunk`` plus the harness give for the
+    common chunks (content, reasoning, tool-call deltas, finish reason, ``[DONE]``).
+    Declines, so the adapter's Lua runs instead, for anything else: usage or
+    error chunks, content given as parts, values of unexpected types, text that
+    Python's JSON reads differently from the sandbox's (invalid JSON, NaN,
+    lone surrogate escapes). Duplicate keys are the one case not detected.
+    """
+    if line == "[DONE]":
+        return ParsedChunk(done=True)
+    try:
+        doc = _CHUNK_DECODER.decode(line)
+    except (ValueError, RecursionError):
+        return None
+    if type(doc) is not dict:
+        return None
+    get = doc.get
+    if get("error") is not None or get("usage") is not None or get("x_groq") is not None:
+        return None
+    choices = get("choices")
+    if choices is None or choices == []:
+        return ParsedChunk()
+    if type(choices) is not list:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("usage") is not None:
+        return None
+    finish = choice.get("finish_reason")
+    if finish is None:
+        finish = ""
+    elif type(finish) is not str:
+        return None
+    out = ParsedChunk(finish_reason=finish)
+    d = choice.get("delta")
+    if d is None:
+        d = choice.get("message")
+    if d is None:
+        return None if "\\u" in line and _has_surrogate(out) else out
+    if type(d) is not dict:
+        return None
+    content = d.get("content")
+    if content is None:
+        content = ""
+    elif type(content) is not str:
+        return None  # content parts, numbers...: the Lua side handles them
+    reasoning = d.get("reasoning_content")  # Lua: reasoning_content or reasoning
+    if reasoning is None:
+        reasoning = d.get("reasoning")
+    if reasoning is None:
+        reasoning = ""
+    elif type(reasoning) is not str:
+        return None
+    out.content, out.reasoning = content, reasoning
+    calls = d.get("tool_calls")
+    if calls is not None:
+        if type(calls) is not list:
+            return None
+        deltas = out.tool_calls
+        for i, tc in enumerate(calls):
+            if type(tc) is not dict:
+                return None
+            fn = tc.get("function")
+            if fn is None:
+                fn = tc
+            elif type(fn) is not dict:
+                return None
+            index = tc.get("index")
+            if index is None:
+                index = tc.get("stream_index")
+                if index is None:
+                    index = i
+            if type(index) is not int or not -_MAX_INDEX < index < _MAX_INDEX:
+                return None
+            cid = tc.get("id")
+            if cid is None:
+                cid = ""
+            elif type(cid) is not str:
+                return None
+            name = fn.get("name")
+            if type(name) is not str:
+                name = ""
+            args = fn.get("arguments")
+            if args is None:
+                args = fn.get("raw_arguments")
+            if args is None:
+                args = ""
+            elif type(args) is not str:
+                return None
+            deltas.append((index, cid, name, args))
+    if "\\u" in line and _has_surrogate(out):
+        return None  # the sandbox turns lone surrogates into U+FFFD; Python keeps them
+    return out
+
+
+def _has_surrogate(chunk: ParsedChunk) -> bool:
+    search = _SURROGATE.search
+    if search(chunk.content) or search(chunk.reasoning) or search(chunk.finish_reason):
+        return True
+    return any(search(cid) or search(name) or search(args) for _, cid, name, args in chunk.tool_calls)

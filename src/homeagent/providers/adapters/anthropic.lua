@@ -85,7 +85,10 @@ local function thinking_possible(messages)
   return true
 end
 
-local function tools_of(tools)
+-- Tool schemas pass through as JSON text: decoded with their "parameters" kept raw.
+local function tools_of(req)
+  local text = json.pending(req, "tools")
+  local tools = text and json.decode(text, { raw = { "parameters" } }) or req.tools
   local out = json.array()
   for _, t in ipairs(tools or {}) do
     local fn = t["function"] or t
@@ -153,8 +156,8 @@ return {
       temperature = req.temperature,
     }
     if system ~= "" then body.system = system end
-    if req.tools and #req.tools > 0 then
-      body.tools = tools_of(req.tools)
+    if json.pending(req, "tools") or (req.tools and #req.tools > 0) then
+      body.tools = tools_of(req)
       body.tool_choice = tool_choice(req.tool_choice)
     end
     if thinking then

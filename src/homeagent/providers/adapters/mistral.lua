@@ -50,6 +50,8 @@ return {
   name = "mistral",
   version = "1.0",
   endpoint = "/v1/chat/completions",
+  -- plain delta chunks are parsed by the host; the rest by transform_stream_chunk below
+  stream_format = "openai",
 
   headers = function(api_key)
     return compat.bearer(api_key)
@@ -63,8 +65,9 @@ return {
       temperature = req.temperature,
       max_tokens = req.max_tokens,
     }
-    if req.tools and #req.tools > 0 then
-      body.tools = req.tools
+    local tools = compat.tools(req) -- passed through as text while undecoded
+    if tools then
+      body.tools = tools
       local choice = req.tool_choice
       if choice == "required" then choice = "any" end
       body.tool_choice = choice

@@ -68,7 +68,7 @@ return {
 
   transform_request = function(req)
     local body = { model = req.model, messages = convert(req.messages), stream = req.stream and true or false }
-    if req.tools and #req.tools > 0 then body.tools = req.tools end
+    body.tools = openai_compat.tools(req) -- passed through as text while undecoded
     local options = {}
     if req.temperature ~= nil then options.temperature = req.temperature end
     if req.max_tokens ~= nil then options.num_predict = req.max_tokens end
