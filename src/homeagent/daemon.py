@@ -60,6 +60,7 @@ from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
 from homeagent.providers.base import ChatRequest
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
+from homeagent.threads import run_detached
 
 log = logging.getLogger("homeagent.daemon")
 
@@ -344,7 +345,9 @@ class Daemon:
         started = time.perf_counter()
         try:
             await asyncio.gather(
-                asyncio.to_thread(analyzer.warmup), asyncio.to_thread(self.embedder.warmup), self.docs.abackfill()
+                run_detached(analyzer.warmup, name="warmup-analyzer"),
+                run_detached(self.embedder.warmup, name="warmup-embedder"),
+                self.docs.abackfill(),
             )
         except Exception:
             log.exception("warming up memory failed; retrieval falls back to what is loaded")
@@ -538,10 +541,12 @@ class Daemon:
         ):
             if not self._has(name):
                 continue
+            started = time.perf_counter()
             try:
                 await asyncio.wait_for(closer(), 10)
             except Exception:
                 log.exception("stopping %s failed", name)
+            log.debug("stopped %s in %.0f ms", name, (time.perf_counter() - started) * 1000)
         for undo in reversed(self._undo):
             with contextlib.suppress(Exception):
                 undo()

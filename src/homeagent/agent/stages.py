@@ -2,10 +2,13 @@
 
 Why it is shaped this way:
 
-* All handlers of a stage run concurrently (an asyncio task per async
-  handler) on the one shared :class:`StageContext`, as the original's
-  goroutines did, so a stage costs the slowest handler, not the sum. No order
-  among handlers of one stage is promised. Handlers that read-modify-write a
+* All handlers of a stage run concurrently on the one shared
+  :class:`StageContext`, as the original's goroutines did, so a stage costs
+  the slowest handler, not the sum. Each handler is started eagerly: it runs
+  up to its first real wait right away, and only one that actually waits gets
+  a task (with its own copy of the context variables, as a task would have).
+  A handler that waits for nothing therefore costs no task and no loop pass.
+  No order among handlers of one stage is promised. Handlers that read-modify-write a
   field (or mutate a list while another handler might replace it) hold
   ``ctx.lock``.
 * A plugin must not break a turn: every handler is isolated (its exception is

@@ -37,6 +37,7 @@ import numpy as np
 
 from homeagent.memory.embedder import Embedder
 from homeagent.memory.graph import Entity, GraphDB, Recall, Relation
+from homeagent.threads import run_detached
 
 log = logging.getLogger("homeagent.memory.indexer")
 
@@ -198,7 +199,7 @@ class MemoryIndexer:
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Warm jieba and sync entity vectors in the background; returns at once."""
-        self._spawn(asyncio.to_thread(self.keywords.warmup), "keyword warm-up")
+        self._spawn(run_detached(self.keywords.warmup, name="warmup-keywords"), "keyword warm-up")
         self._spawn(self.sync(), "entity vector sync")
 
     async def close(self) -> None:
