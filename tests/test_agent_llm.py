@@ -255,3 +255,29 @@ async def test_fallback_across_two_adapters_in_one_turn(data_dir: Path, fake: Fa
             assert fake.requests[0].path.endswith("/chat/completions")
         finally:
             await d.stop()
+
+
+async def test_a_tool_registered_between_turns_reaches_the_next_request(llm_daemon: Daemon, fake: FakeOpenAI) -> None:
+    """The tool list, its wire form and the prompt's tool section are cached between turns: a change must show."""
+    from homeagent.sdk.types import ToolDef
+
+    def names(body: dict[str, Any]) -> set[str]:
+        return {t["function"]["name"] for t in body.get("tools", [])}
+
+    fake.script(Turn.text("one"), Turn.text("two"), Turn.text("three"))
+    assert (await llm_daemon.io.inject_sync("test", "test", "first")).ok
+    assert "late_tool" not in names(fake.requests[-1].body)
+
+    async def late(args: dict[str, Any]) -> str:
+        return "late"
+
+    undo = llm_daemon.tools.register(ToolDef(name="late_tool", description="Arrived late.", plugin="t"), late)
+    assert (await llm_daemon.io.inject_sync("test", "test", "second")).ok
+    body = fake.requests[-1].body
+    assert "late_tool" in names(body)
+    assert "- late_tool: Arrived late." in body["messages"][0]["content"]
+    undo()
+    assert (await llm_daemon.io.inject_sync("test", "test", "third")).ok
+    body = fake.requests[-1].body
+    assert "late_tool" not in names(body)
+    assert "late_tool" not in body["messages"][0]["content"]

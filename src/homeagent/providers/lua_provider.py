@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import dataclasses
 import email.utils
 import hashlib
 import json
@@ -67,6 +68,7 @@ class LuaAdaptedProvider:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._api_key = api_key or ""
+        self._tools_text_cache: tuple[list[dict[str, Any]], int, str] | None = None
         self._adapter = adapter
         self.adapter_name = adapter_name or (adapter.name if isinstance(adapter, Adapter) else "")
         self.max_concurrent = max(1, int(max_concurrent))
@@ -113,13 +115,28 @@ class LuaAdaptedProvider:
             text = text.replace(self._api_key, "***")
         return text
 
+    def _tools_text(self, tools: list[dict[str, Any]]) -> str:
+        """The tools as JSON text, kept while the caller passes the same list.
+
+        The turn runner hands every round of every turn the same list object
+        until the tool set changes (and never mutates it), so dozens of schemas
+        are serialised once instead of on every LLM call.
+        """
+        cached = self._tools_text_cache
+        if cached is not None and cached[0] is tools and cached[1] == len(tools):
+            return cached[2]
+        text = request_parts({"tools": tools}).tools
+        self._tools_text_cache = (tools, len(tools), text)
+        return text
+
     def _unified(self, request: ChatRequest, stream: bool) -> tuple[dict[str, Any], bool]:
         thinking = self.thinking_enabled if request.thinking is None else bool(request.thinking)
         messages = request.messages
         if self.context_window:
             reserve = min(request.max_tokens or 0, self.context_window // 4)
             budget = self.context_window - reserve
-            messages, dropped, before, after = trim_messages(messages, budget, request.tools)
+            tools_text = self._tools_text(request.tools) if request.tools else ""
+            messages, dropped, before, after = trim_messages(messages, budget, tools_chars=len(tools_text))
             if dropped:
                 log.warning(
                     "source %s: context trimmed, dropped %d oldest message(s) (~%d -> ~%d tokens, window %d)",
@@ -146,8 +163,11 @@ class LuaAdaptedProvider:
     async def _prepare(self, request: ChatRequest, stream: bool) -> tuple[Adapter, Any, str, str, dict[str, str]]:
         adapter = self.current_adapter()
         unified, thinking = self._unified(request, stream)
+        tools = unified.pop("tools", None)
         try:
             parts = request_parts(unified)
+            if tools:
+                parts = dataclasses.replace(parts, tools=self._tools_text(tools))
         except (TypeError, ValueError) as exc:
             raise self._err(f"request is not JSON-serialisable: {exc}", "client") from None
         ctx = RequestContext(model=str(unified["model"]), stream=stream, thinking=thinking,
@@ -437,7 +457,7 @@ def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
 
 
 def trim_messages(
-    messages: list[dict[str, Any]], budget_tokens: int, tools: list[dict[str, Any]] | None = None
+    messages: list[dict[str, Any]], budget_tokens: int, *, tools_chars: int = 0
 ) -> tuple[list[dict[str, Any]], int, int, int]:
     """Drop the oldest droppable messages until the estimate fits ``budget_tokens``.
 
@@ -446,7 +466,7 @@ def trim_messages(
     tool results that answer it go together, so the history stays valid.
     Returns (messages, dropped count, tokens before, tokens after).
     """
-    tool_tokens = len(json.dumps(tools, ensure_ascii=False)) // CHARS_PER_TOKEN if tools else 0
+    tool_tokens = tools_chars // CHARS_PER_TOKEN
     sizes = [_message_chars(m) // CHARS_PER_TOKEN for m in messages]
     before = sum(sizes) + tool_tokens
     if before <= budget_tokens:
