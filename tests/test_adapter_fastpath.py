@@ -1,10 +1,10 @@
-"""The host-side stream fast path (``stream_format = "openai"``) gives exactly what the Lua path gives."""
+"""The host-side stream fast paths (``stream_format``) give exactly what the Lua path gives."""
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +12,15 @@ import httpx
 import pytest
 
 from homeagent.providers.adapter_loader import (
+    NO_CHUNK,
     AdapterError,
     AdapterLoader,
+    FastResult,
     ParsedChunk,
     RequestContext,
+    anthropic_chunk_fast,
+    gemini_chunk_fast,
+    ollama_chunk_fast,
     openai_chunk_fast,
     request_parts,
 )
@@ -291,3 +296,275 @@ async def test_request_strings_survive_decode_and_encode(loader: AdapterLoader, 
     for text in TRICKY:
         assert any(text in s for s in found), (name, text)
     assert "\u0001" not in body and "\n" not in body
+
+
+# ------------------------------------------------------------------ anthropic / gemini / ollama
+ODD_SCALARS: list[Any] = [None, "", "text", "ü😀 \"q\" \\ \n", 0, 3, -1, 2.5, True, False, [], {}, ["a"], {"k": "v"},
+                          2**60, "1"]
+
+
+def _maybe(rnd: random.Random, good: Any, p: float = 0.8) -> Any:
+    return good if rnd.random() < p else rnd.choice(ODD_SCALARS)
+
+
+def anthropic_lines(n: int, seed: int = 11) -> list[str]:
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        kind = rnd.choice(["content_block_delta"] * 5 + ["content_block_start"] * 2 + [
+            "content_block_stop", "ping", "message_start", "message_delta", "message_stop", "error", "odd", None, 4])
+        doc: dict[str, Any] = {"type": kind}
+        if rnd.random() < 0.8:
+            doc["index"] = _maybe(rnd, rnd.choice([0, 1, 7]))
+        if kind == "content_block_delta":
+            dtype = rnd.choice(["text_delta", "text_delta", "thinking_delta", "input_json_delta", "signature_delta",
+                                "citations_delta", "other", None, 3])
+            delta: dict[str, Any] = {"type": dtype}
+            for key in ("text", "thinking", "partial_json", "signature"):
+                if rnd.random() < 0.5:
+                    delta[key] = _maybe(rnd, "s" + str(rnd.random()))
+            doc["delta"] = _maybe(rnd, delta, 0.9)
+        elif kind == "content_block_start":
+            btype = rnd.choice(["text", "thinking", "tool_use", "server_tool_use", None])
+            block: dict[str, Any] = {"type": btype}
+            for key, good in (("text", rnd.choice(["", "start"])), ("thinking", rnd.choice(["", "hm"])),
+                              ("id", "toolu_1"), ("name", "lookup"), ("input", {})):
+                if rnd.random() < 0.5:
+                    block[key] = _maybe(rnd, good)
+            doc["content_block"] = _maybe(rnd, block, 0.9)
+        elif kind == "message_start":
+            doc["message"] = {"usage": {"input_tokens": 5, "cache_read_input_tokens": _maybe(rnd, 2)}}
+        elif kind == "message_delta":
+            doc["delta"] = {"stop_reason": _maybe(rnd, "end_turn")}
+            doc["usage"] = {"output_tokens": 9}
+        elif kind == "error":
+            doc["error"] = {"type": "overloaded_error", "message": "busy"}
+        out.append(json.dumps(doc if rnd.random() < 0.97 else rnd.choice(ODD_SCALARS), ensure_ascii=rnd.random() < 0.5))
+    return out
+
+
+def gemini_lines(n: int, seed: int = 13) -> list[str]:
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts: list[Any] = []
+        for _ in range(rnd.randint(0, 3)):
+            r = rnd.random()
+            if r < 0.15:
+                parts.append({"functionCall": _maybe(rnd, {"name": "lookup", "args": {"q": "x"}})})
+            elif r < 0.2:
+                parts.append({"inlineData": {"mimeType": "image/png", "data": "AA=="}})
+            elif r < 0.25:
+                parts.append(rnd.choice(ODD_SCALARS))
+            else:
+                part: dict[str, Any] = {"text": _maybe(rnd, "t" + str(rnd.random()), 0.85)}
+                if rnd.random() < 0.4:
+                    part["thought"] = rnd.choice([True, False, None, 0, "", "yes"])
+                parts.append(part)
+        cand: dict[str, Any] = {"content": _maybe(rnd, {"role": "model", "parts": _maybe(rnd, parts, 0.95)}, 0.95),
+                                "index": 0}
+        if rnd.random() < 0.15:
+            cand["finishReason"] = rnd.choice(["STOP", "MAX_TOKENS", "SAFETY", "ODD", None, 5])
+        doc: dict[str, Any] = {"candidates": _maybe(rnd, [cand], 0.9), "modelVersion": "gemini-x"}
+        if rnd.random() < 0.6:
+            usage = {key: _maybe(rnd, rnd.randint(0, 500), 0.85) for key in (
+                "promptTokenCount", "candidatesTokenCount", "totalTokenCount", "cachedContentTokenCount",
+                "thoughtsTokenCount") if rnd.random() < 0.7}
+            doc["usageMetadata"] = _maybe(rnd, usage, 0.9)
+        if rnd.random() < 0.05:
+            doc["promptFeedback"] = {"blockReason": "SAFETY"}
+        if rnd.random() < 0.05:
+            doc["error"] = _maybe(rnd, {"code": 429, "message": "slow down", "status": "RESOURCE_EXHAUSTED"})
+        out.append(json.dumps(doc if rnd.random() < 0.97 else rnd.choice(ODD_SCALARS), ensure_ascii=rnd.random() < 0.5))
+    return out
+
+
+def ollama_lines(n: int, seed: int = 17) -> list[str]:
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        msg: dict[str, Any] = {"role": "assistant"}
+        for key in ("content", "thinking"):
+            if rnd.random() < 0.7:
+                msg[key] = _maybe(rnd, "w" + str(rnd.random()), 0.85)
+        if rnd.random() < 0.15:
+            msg["tool_calls"] = _maybe(rnd, [{"function": {"name": "lookup", "arguments": {"q": "x"}}}])
+        doc: dict[str, Any] = {"model": "llama", "created_at": "2025-01-01T00:00:00Z", "message": _maybe(rnd, msg, 0.9),
+                               "done": rnd.choice([False] * 6 + [True, None, 0, "no"])}
+        if doc["done"] is True:
+            doc.update(done_reason=rnd.choice(["stop", "length", None]), prompt_eval_count=12, eval_count=_maybe(rnd, 4))
+        if rnd.random() < 0.05:
+            doc["error"] = _maybe(rnd, "model not found")
+        out.append(json.dumps(doc if rnd.random() < 0.97 else rnd.choice(ODD_SCALARS), ensure_ascii=rnd.random() < 0.5))
+    return out
+
+
+def _ant(delta: dict[str, Any], index: int = 0) -> str:
+    return json.dumps({"type": "content_block_delta", "index": index, "delta": delta}, ensure_ascii=False)
+
+
+ANTHROPIC_COMMON = [
+    _ant({"type": "text_delta", "text": "Hello, wor"}),
+    _ant({"type": "text_delta", "text": "中文 😀 \"q\" \\ \n\t\u0001"}),
+    _ant({"type": "thinking_delta", "thinking": "hmm"}),
+    _ant({"type": "input_json_delta", "partial_json": "{\"q\": \"ca"}, 2),
+    _ant({"type": "signature_delta", "signature": "EqQBCgIYAhIM"}),
+    json.dumps({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    json.dumps({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+    json.dumps({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": "pre"}}),
+    json.dumps({"type": "content_block_stop", "index": 0}),
+    json.dumps({"type": "ping"}),
+]
+ANTHROPIC_LUA = [  # declined: the Lua parser answers
+    json.dumps({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 3, "output_tokens": 1}}}),
+    json.dumps({"type": "content_block_start", "index": 1,
+                "content_block": {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}}),
+    json.dumps({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}}),
+    json.dumps({"type": "message_stop"}),
+    json.dumps({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+    '{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lone \\ud800"}}',
+    '{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a", "text": null}}',
+    '{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "raw \x01"}}',
+]
+
+
+def _gem(parts: list[dict[str, Any]], **extra: Any) -> str:
+    return json.dumps({"candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}], **extra},
+                      ensure_ascii=False)
+
+
+USAGE = {"promptTokenCount": 9, "candidatesTokenCount": 3, "totalTokenCount": 14, "thoughtsTokenCount": 2}
+GEMINI_COMMON = [
+    _gem([{"text": "Hello, wor"}]),
+    _gem([{"text": "中文 😀 \"q\" \\ \n"}], usageMetadata=USAGE, modelVersion="gemini-2.5", responseId="r1"),
+    _gem([{"text": "thinking", "thought": True}, {"text": "answer"}]),
+    _gem([{"text": "a"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]),
+    json.dumps({"usageMetadata": USAGE}),
+]
+GEMINI_LUA = [
+    _gem([{"functionCall": {"name": "lookup", "args": {"q": "x"}}}]),
+    json.dumps({"candidates": [{"content": {"parts": [{"text": "end"}]}, "finishReason": "STOP"}],
+                "usageMetadata": USAGE}),
+    json.dumps({"promptFeedback": {"blockReason": "SAFETY"}}),
+    json.dumps({"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}),
+    _gem([{"text": "x"}], usageMetadata={"promptTokenCount": "9"}),
+    _gem([{"text": "x"}], usageMetadata={"promptTokenCount": 2**60}),
+]
+
+
+def _oll(msg: dict[str, Any], done: bool = False, **extra: Any) -> str:
+    return json.dumps({"model": "llama", "created_at": "2025-01-01T00:00:00Z", "message": msg, "done": done, **extra},
+                      ensure_ascii=False)
+
+
+OLLAMA_COMMON = [
+    _oll({"role": "assistant", "content": "Hello, wor"}),
+    _oll({"role": "assistant", "content": "", "thinking": "hmm"}),
+    _oll({"role": "assistant", "content": "中文 😀 \"q\" \\ \n"}),
+]
+OLLAMA_LUA = [
+    _oll({"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}),
+    _oll({"role": "assistant", "content": ""}, True, done_reason="stop", prompt_eval_count=5, eval_count=2),
+    json.dumps({"error": "model 'x' not found"}),
+]
+
+FORMATS: dict[str, tuple[Callable[[str], FastResult], list[str], list[str], Callable[[int], list[str]]]] = {
+    "anthropic": (anthropic_chunk_fast, ANTHROPIC_COMMON, ANTHROPIC_LUA, anthropic_lines),
+    "gemini": (gemini_chunk_fast, GEMINI_COMMON, GEMINI_LUA, gemini_lines),
+    "ollama": (ollama_chunk_fast, OLLAMA_COMMON, OLLAMA_LUA, ollama_lines),
+}
+
+
+async def lua_with_state(loader: AdapterLoader, name: str, line: str) -> tuple[ParsedChunk | str | None, Any]:
+    adapter = loader.get(name)
+    ctx = adapter.context(RequestContext(model="m", stream=True, thinking=False))
+    state = adapter.new_stream_state()
+    try:
+        got: ParsedChunk | str | None = await adapter.parse_chunk_lua(line, state, ctx)
+    except AdapterError as exc:
+        got = f"error: {exc.kind}"
+    return got, adapter.sandbox.to_python(state)
+
+
+async def mismatches(loader: AdapterLoader, name: str, fast: Callable[[str], FastResult],
+                     lines: list[str]) -> list[str]:
+    """Lines the fast parser takes but answers differently from the adapter's Lua (or where Lua touches state)."""
+    bad = []
+    for line in lines:
+        got = fast(line)
+        if got is None:
+            continue
+        lua, state = await lua_with_state(loader, name, line)
+        if (None if got is NO_CHUNK else got) != lua or state != {}:
+            bad.append(line)
+    return bad
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+async def test_native_formats_equal_lua(loader: AdapterLoader, name: str) -> None:
+    fast, common, lua_only, fuzz = FORMATS[name]
+    assert loader.get(name).stream_format == name
+    lines = common + lua_only + fuzz(400)
+    assert await mismatches(loader, name, fast, lines) == []
+    for line in common:
+        assert fast(line) is not None, line
+    for line in lua_only:
+        assert fast(line) is None, line
+    taken = sum(fast(line) is not None for line in fuzz(400))
+    assert 40 < taken < 360  # the fuzzer exercises both sides
+
+
+@pytest.mark.parametrize("name", sorted(FORMATS))
+async def test_native_formats_keep_the_stream_state_in_step(loader: AdapterLoader, name: str) -> None:
+    """A whole stream through parse_chunk (fast + Lua) and through Lua alone: same chunks, same final state."""
+    _, common, lua_only, fuzz = FORMATS[name]
+    rnd = random.Random(5)
+    lines = common * 3 + lua_only + fuzz(300)
+    rnd.shuffle(lines)
+    adapter = loader.get(name)
+    ctx = adapter.context(RequestContext(model="m", stream=True, thinking=False))
+    results = []
+    for parse in (adapter.parse_chunk, adapter.parse_chunk_lua):
+        state = adapter.new_stream_state()
+        got: list[Any] = []
+        for line in lines:
+            try:
+                got.append(await parse(line, state, ctx))
+            except AdapterError as exc:
+                got.append(exc.kind)
+        results.append((got, adapter.sandbox.to_python(state)))
+    assert results[0] == results[1]
+    # gemini and ollama count tool calls in the state; anthropic.lua keeps none
+    assert (results[0][1] == {}) == (name == "anthropic")
+
+
+async def test_the_equivalence_check_catches_a_wrong_fast_path(loader: AdapterLoader) -> None:
+    """Guards the guard: fast parsers that are wrong in small ways are caught by the same check."""
+
+    def gemini_ignoring_calls(line: str) -> FastResult:
+        doc = json.loads(line)
+        if isinstance(doc, dict) and isinstance(doc.get("candidates"), list) and doc["candidates"]:
+            cand = doc["candidates"][0]
+            if isinstance(cand, dict) and isinstance(cand.get("content"), dict):
+                parts = cand["content"].get("parts")
+                if isinstance(parts, list) and any(isinstance(p, dict) and "functionCall" in p for p in parts):
+                    return ParsedChunk()  # forgets the call and the state update
+        return gemini_chunk_fast(line)
+
+    def ollama_keeping_raw_surrogates(line: str) -> FastResult:
+        doc = json.loads(line)
+        if isinstance(doc, dict) and isinstance(doc.get("message"), dict) and not doc.get("done"):
+            content = doc["message"].get("content")
+            if isinstance(content, str) and "\ud800" in content:
+                return ParsedChunk(content=content)
+        return ollama_chunk_fast(line)
+
+    def anthropic_dropping_index(line: str) -> FastResult:
+        got = anthropic_chunk_fast(line)
+        if isinstance(got, ParsedChunk) and got.tool_calls:
+            return ParsedChunk(tool_calls=[(0, *got.tool_calls[0][1:])])
+        return got
+
+    assert await mismatches(loader, "gemini", gemini_ignoring_calls, GEMINI_LUA + gemini_lines(100))
+    assert await mismatches(loader, "ollama", ollama_keeping_raw_surrogates, [json.dumps({"message": {"content": "x \ud800 y"}})])
+    assert await mismatches(loader, "anthropic", anthropic_dropping_index, ANTHROPIC_COMMON)

@@ -11,11 +11,12 @@ offending function is defined.
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,21 +26,26 @@ import httpx
 from homeagent.lua.runtime import HttpPolicy, LuaError, LuaJSONError, LuaSandbox
 
 __all__ = [
+    "NO_CHUNK",
     "Adapter",
     "AdapterError",
     "AdapterInfo",
     "AdapterLoader",
+    "FastResult",
     "ParsedChunk",
     "ParsedResponse",
     "RequestContext",
     "RequestJSON",
+    "anthropic_chunk_fast",
+    "gemini_chunk_fast",
+    "ollama_chunk_fast",
     "openai_chunk_fast",
     "request_parts",
 ]
 
 BUILTIN_DIR = Path(__file__).parent / "adapters"
 COMPAT_LIB = "_openai_compat.lua"
-STREAM_FORMATS = ("openai",)  # values of an adapter's `stream_format` field
+STREAM_FORMATS = ("openai", "anthropic", "gemini", "ollama")  # values of an adapter's `stream_format` field
 
 
 class AdapterError(Exception):
@@ -333,6 +339,7 @@ class Adapter:
         if fmt is not None and fmt not in STREAM_FORMATS:
             raise LuaError(f"field 'stream_format' is {fmt!r}, expected one of: {', '.join(STREAM_FORMATS)}")
         self.stream_format: str = str(fmt or "")
+        self._fast = _fast_parser(self.stream_format)
         endpoint = table["endpoint"]
         self._static_endpoint: str | None = endpoint if isinstance(endpoint, str) else None
         self._harness = sandbox.load_trusted(_HARNESS, "homeagent/adapter-harness", table, self.chunkname)
@@ -415,13 +422,17 @@ class Adapter:
         return self.sandbox.new_table()
 
     async def parse_chunk(self, line: str, state: Any, lua_ctx: Any) -> ParsedChunk | None:
-        """One stream payload -> a chunk. With ``stream_format = "openai"`` ordinary delta
-        chunks are parsed natively (same result as ``openai_compat.chunk``); the rest, and
-        every chunk of other adapters, go through ``transform_stream_chunk``."""
-        if self.stream_format == "openai":
-            fast = openai_chunk_fast(line)
-            if fast is not None:
-                return fast
+        """One stream payload -> a chunk. With a ``stream_format`` the host parses the
+        ordinary, stateless chunks natively (same result as the built-in Lua parser of
+        that format); the rest, and every chunk of other adapters, go through
+        ``transform_stream_chunk``."""
+        fast = self._fast
+        if fast is not None:
+            got = fast(line)
+            if isinstance(got, ParsedChunk):
+                return got
+            if got is NO_CHUNK:
+                return None
         return await self.parse_chunk_lua(line, state, lua_ctx)
 
     async def parse_chunk_lua(self, line: str, state: Any, lua_ctx: Any) -> ParsedChunk | None:
@@ -772,3 +783,201 @@ def _has_surrogate(chunk: ParsedChunk) -> bool:
     if search(chunk.content) or search(chunk.reasoning) or search(chunk.finish_reason):
         return True
     return any(search(cid) or search(name) or search(args) for _, cid, name, args in chunk.tool_calls)
+
+
+class _NoChunk(enum.Enum):
+    NO_CHUNK = "no chunk"
+
+
+NO_CHUNK = _NoChunk.NO_CHUNK  # a fast parser's answer for a payload the Lua parser maps to nil (pings)
+FastResult = ParsedChunk | _NoChunk | None  # None: declined, the adapter's Lua decides
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key")  # Lua keeps an earlier value over a later null: not worth mimicking
+    return out
+
+
+_CHUNK_DECODER_STRICT = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+
+
+def _chunk_doc(line: str) -> dict[str, Any] | None:
+    """``line`` as a JSON object read exactly like the sandbox reads it, or None (decline)."""
+    # Duplicate keys read differently only when a later one is null; they are checked then.
+    decoder = _CHUNK_DECODER_STRICT if "null" in line else _CHUNK_DECODER
+    try:
+        doc = decoder.decode(line)
+    except (ValueError, RecursionError):
+        return None
+    return doc if type(doc) is dict else None
+
+
+def _opt_text(value: Any) -> str | None:
+    """A Lua text field: null/absent -> "" (the harness's default); other non-strings -> None (decline)."""
+    if value is None:
+        return ""
+    return value if type(value) is str else None
+
+
+def _finish(out: ParsedChunk, line: str) -> ParsedChunk | None:
+    if "\\u" in line and _has_surrogate(out):
+        return None  # the sandbox turns lone surrogates into U+FFFD; Python keeps them
+    return out
+
+
+def anthropic_chunk_fast(line: str) -> FastResult:
+    """An Anthropic Messages SSE payload parsed in Python, as ``anthropic.lua`` parses it.
+
+    Takes text / thinking / tool-input deltas, the text and thinking block starts, and
+    ``ping`` / ``content_block_stop`` (:data:`NO_CHUNK`). Declines (None) the rest: tool-use
+    block starts, message start/delta/stop (usage, stop reason), errors, unknown event
+    types and values of unexpected types. ``anthropic.lua`` keeps no stream state.
+    """
+    doc = _chunk_doc(line)
+    if doc is None:
+        return None
+    t = doc.get("type")
+    if t == "content_block_delta":
+        d = doc.get("delta")
+        if type(d) is not dict:
+            return None
+        dt = d.get("type")
+        if dt == "text_delta":
+            text = _opt_text(d.get("text"))
+            return None if text is None else _finish(ParsedChunk(content=text), line)
+        if dt == "thinking_delta":
+            text = _opt_text(d.get("thinking"))
+            return None if text is None else _finish(ParsedChunk(reasoning=text), line)
+        if dt == "input_json_delta":
+            index = doc.get("index")
+            if index is None:
+                index = 0
+            elif type(index) is not int or not -_MAX_INDEX < index < _MAX_INDEX:
+                return None
+            args = _opt_text(d.get("partial_json"))
+            if args is None:
+                return None
+            return _finish(ParsedChunk(tool_calls=[(index, "", "", args)]), line)
+        if dt == "signature_delta" or dt == "citations_delta":
+            return NO_CHUNK
+        return None
+    if t == "content_block_start":
+        b = doc.get("content_block")
+        if type(b) is not dict:
+            return None
+        bt = b.get("type")
+        if bt == "text" or bt == "thinking":
+            text = b.get(bt)
+            if text is None or text == "":
+                return NO_CHUNK
+            if type(text) is not str:
+                return None
+            out = ParsedChunk(content=text) if bt == "text" else ParsedChunk(reasoning=text)
+            return _finish(out, line)
+        return None
+    if t == "ping" or t == "content_block_stop":
+        return NO_CHUNK
+    return None
+
+
+_GEMINI_USAGE = ("promptTokenCount", "candidatesTokenCount", "totalTokenCount", "cachedContentTokenCount",
+                 "thoughtsTokenCount")
+
+
+def gemini_chunk_fast(line: str) -> FastResult:
+    """A Gemini ``streamGenerateContent`` SSE payload parsed in Python, as ``gemini.lua`` parses it.
+
+    Takes chunks of text / thought parts with or without ``usageMetadata``. Declines (None)
+    chunks with a ``functionCall`` part or a ``finishReason`` (``gemini.lua`` reads and updates
+    its stream state for those), errors, ``promptFeedback`` and values of unexpected types.
+    """
+    doc = _chunk_doc(line)
+    if doc is None:
+        return None
+    get = doc.get
+    if get("error") is not None or get("promptFeedback") is not None:
+        return None
+    out = ParsedChunk()
+    um = get("usageMetadata")
+    if um is not None:
+        if type(um) is not dict:
+            return None
+        counts = []
+        for key in _GEMINI_USAGE:
+            v = um.get(key)
+            if v is None:
+                v = 0
+            elif type(v) is not int or not 0 <= v < _MAX_INDEX:
+                return None
+            counts.append(v)
+        prompt, candidates, total, cached, thoughts = counts
+        out.usage = (prompt, candidates + thoughts, total, cached, thoughts)
+    cands = get("candidates")
+    if cands is None or cands == []:
+        return out
+    if type(cands) is not list:
+        return None
+    cand = cands[0]
+    if type(cand) is not dict or cand.get("finishReason") is not None:
+        return None
+    content = cand.get("content")
+    if content is None:
+        return out
+    if type(content) is not dict:
+        return None
+    parts = content.get("parts")
+    if parts is None:
+        return out
+    if type(parts) is not list:
+        return None
+    text: list[str] = []
+    thought: list[str] = []
+    for p in parts:
+        if type(p) is not dict or p.get("functionCall") is not None:
+            return None
+        t = p.get("text")
+        if type(t) is str:
+            flag = p.get("thought")
+            (text if flag is None or flag is False else thought).append(t)
+    out.content = "".join(text)
+    out.reasoning = "".join(thought)
+    return _finish(out, line)
+
+
+def ollama_chunk_fast(line: str) -> FastResult:
+    """An Ollama ``/api/chat`` NDJSON line parsed in Python, as ``ollama.lua`` parses it.
+
+    Takes the ``done: false`` message chunks with text and thinking. Declines (None) the
+    final ``done`` chunk and chunks with tool calls (``ollama.lua`` reads and updates its
+    stream state for those), errors and values of unexpected types.
+    """
+    doc = _chunk_doc(line)
+    if doc is None:
+        return None
+    done = doc.get("done")
+    if (done is not None and done is not False) or doc.get("error") is not None:
+        return None
+    m = doc.get("message")
+    if m is None:
+        return ParsedChunk()
+    if type(m) is not dict or m.get("tool_calls") is not None:
+        return None
+    content = _opt_text(m.get("content"))
+    thinking = _opt_text(m.get("thinking"))
+    if content is None or thinking is None:
+        return None
+    return _finish(ParsedChunk(content=content, reasoning=thinking), line)
+
+
+def _fast_parser(stream_format: str) -> Callable[[str], FastResult] | None:
+    if stream_format == "openai":
+        return openai_chunk_fast
+    if stream_format == "anthropic":
+        return anthropic_chunk_fast
+    if stream_format == "gemini":
+        return gemini_chunk_fast
+    if stream_format == "ollama":
+        return ollama_chunk_fast
+    return None

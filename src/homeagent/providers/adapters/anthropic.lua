@@ -101,6 +101,22 @@ local function tools_of(req)
   return out
 end
 
+-- The same tools list is sent every round of a conversation: its converted JSON text is
+-- kept, keyed by the request's tools JSON text (a few entries; emptied when full).
+local tools_cache, tools_cached = {}, 0
+
+local function tools_json(req)
+  local text = json.pending(req, "tools")
+  if not text then return tools_of(req) end
+  local hit = tools_cache[text]
+  if not hit then
+    hit = json.encode(tools_of(req))
+    if tools_cached >= 8 then tools_cache, tools_cached = {}, 0 end
+    tools_cache[text], tools_cached = hit, tools_cached + 1
+  end
+  return json.raw(hit)
+end
+
 local function tool_choice(choice)
   if choice == nil then return nil end
   if choice == "auto" then return { type = "auto" } end
@@ -139,6 +155,8 @@ return {
   name = "anthropic",
   version = "1.0",
   endpoint = "/v1/messages",
+  -- plain text/thinking chunks are parsed by the host; the rest by transform_stream_chunk below
+  stream_format = "anthropic",
 
   headers = function(api_key)
     return { ["x-api-key"] = api_key, ["anthropic-version"] = VERSION_HEADER }
@@ -157,7 +175,7 @@ return {
     }
     if system ~= "" then body.system = system end
     if json.pending(req, "tools") or (req.tools and #req.tools > 0) then
-      body.tools = tools_of(req)
+      body.tools = tools_json(req)
       body.tool_choice = tool_choice(req.tool_choice)
     end
     if thinking then

@@ -57,6 +57,28 @@ local function schema(s)
   return out
 end
 
+-- OpenAI tools -> Gemini's [{functionDeclarations = ...}] as JSON text. The same tools
+-- list is sent every round of a conversation, so the text is kept, keyed by the request's
+-- tools JSON text (a few entries; emptied when full).
+local tools_cache, tools_cached = {}, 0
+
+local function tools_json(req)
+  local text = json.pending(req, "tools")
+  local hit = text and tools_cache[text]
+  if hit then return hit end
+  local decls = json.array()
+  for _, t in ipairs(text and json.decode(text) or req.tools) do
+    local fn = t["function"] or t
+    decls[#decls + 1] = { name = fn.name, description = fn.description, parameters = schema(fn.parameters) }
+  end
+  local out = json.encode(json.array({ { functionDeclarations = decls } }))
+  if text then
+    if tools_cached >= 8 then tools_cache, tools_cached = {}, 0 end
+    tools_cache[text], tools_cached = out, tools_cached + 1
+  end
+  return out
+end
+
 local parse_args = openai_compat.parse_args  -- tool-call arguments as a table
 
 local function convert(messages)
@@ -160,6 +182,8 @@ end
 return {
   name = "gemini",
   version = "1.0",
+  -- plain text/thinking chunks are parsed by the host; the rest by transform_stream_chunk below
+  stream_format = "gemini",
 
   endpoint = function(ctx)
     local action = ctx.stream and ":streamGenerateContent?alt=sse" or ":generateContent"
@@ -179,13 +203,8 @@ return {
     if req.max_tokens ~= nil then gen.maxOutputTokens = req.max_tokens end
     if req.thinking then gen.thinkingConfig = { includeThoughts = true } end
     if next(gen) then body.generationConfig = gen end
-    if req.tools and #req.tools > 0 then
-      local decls = json.array()
-      for _, t in ipairs(req.tools) do
-        local fn = t["function"] or t
-        decls[#decls + 1] = { name = fn.name, description = fn.description, parameters = schema(fn.parameters) }
-      end
-      body.tools = json.array({ { functionDeclarations = decls } })
+    if json.pending(req, "tools") or (req.tools and #req.tools > 0) then
+      body.tools = json.raw(tools_json(req))
       local mode = ({ auto = "AUTO", required = "ANY", none = "NONE" })[req.tool_choice or ""]
       if mode then body.toolConfig = { functionCallingConfig = { mode = mode } } end
     end
