@@ -410,3 +410,25 @@ async def test_from_scratch_adapter_of_the_docs(loader: AdapterLoader, user_dir:
         assert resp.content == "ab" and resp.finish_reason == "stop"
     finally:
         await runner.cleanup()
+
+
+async def test_loader_rechecks_files_at_most_once_per_interval(user_dir: Path) -> None:
+    """The daemon stats adapter files once a second, not on every LLM call; forget() forces a look."""
+    slow = AdapterLoader(user_dir=user_dir, recheck_seconds=30.0)
+    assert slow.get("openai").builtin
+    write(user_dir / "openai.lua", ECHO_ADAPTER % {"version": "7"})
+    assert slow.get("openai").builtin  # within the interval: the remembered adapter
+    slow.forget()
+    assert slow.get("openai").version == "7"
+    with pytest.raises(AdapterError):
+        slow.get("nothing-here")
+    write(user_dir / "nothing-here.lua", ECHO_ADAPTER % {"version": "1"})
+    with pytest.raises(AdapterError):  # the miss is remembered too
+        slow.get("nothing-here")
+
+    quick = AdapterLoader(user_dir=user_dir, recheck_seconds=0.05)
+    assert quick.get("openai").version == "7"
+    write(user_dir / "openai.lua", ECHO_ADAPTER % {"version": "8"})
+    await asyncio.sleep(0.1)
+    assert quick.get("openai").version == "8"
+    assert quick.load_path(user_dir / "openai.lua").version == "8"

@@ -37,7 +37,7 @@ class LLMControl:
         self.paths = paths
         self.env = env if env is not None else os.environ
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=10.0))
-        self.adapters = AdapterLoader(BUILTIN_ADAPTERS, paths.adapters, http_client=self.http)
+        self.adapters = AdapterLoader(BUILTIN_ADAPTERS, paths.adapters, http_client=self.http, recheck_seconds=1.0)
         self.offline = OfflineProvider()
         self.manager = ProviderManager(fallback=self.offline)
         self.notes: list[str] = []

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -467,10 +468,16 @@ class _Entry:
 class AdapterLoader:
     """Finds adapters by name: the user's folder first, then the built-in ones.
 
-    :meth:`get` checks the file's mtime and size on every call (a ``stat``,
-    a few µs) and reloads a changed file; a newly added user file overrides
-    the built-in of the same name, and removing it falls back again. A broken
-    file raises :class:`AdapterError` (with file and line) until it is fixed.
+    :meth:`get` checks the file's mtime and size (a ``stat`` per candidate
+    file) and reloads a changed file; a newly added user file overrides the
+    built-in of the same name, and removing it falls back again. A broken file
+    raises :class:`AdapterError` (with file and line) until it is fixed.
+
+    The check runs at most once per ``recheck_seconds`` for each adapter (the
+    daemon uses 1 s): every LLM call asks for its adapter, and the stats cost
+    ~30 µs a call, while an edited file only needs to be noticed within a
+    moment. 0 checks on every call. :meth:`forget` drops the remembered
+    answers, for callers that just wrote a file.
     """
 
     def __init__(
@@ -483,6 +490,7 @@ class AdapterLoader:
         http_client: httpx.AsyncClient | None = None,
         http_policy: HttpPolicy | None = None,
         logger: logging.Logger | None = None,
+        recheck_seconds: float = 0.0,
     ) -> None:
         self.user_dir = Path(user_dir) if user_dir else None
         self.builtin_dir = Path(builtin_dir) if builtin_dir else BUILTIN_DIR
@@ -493,6 +501,32 @@ class AdapterLoader:
         self.log = logger or logging.getLogger("homeagent.providers.adapters")
         self._entries: dict[str, _Entry] = {}
         self._compat_source: tuple[int, str] | None = None
+        self.recheck_seconds = max(0.0, float(recheck_seconds))
+        # key -> (monotonic time of the last file check, what it gave)
+        self._checked: dict[str, tuple[float, Adapter | AdapterError]] = {}
+
+    def forget(self) -> None:
+        """Check the files again on the next :meth:`get` (after writing or removing one)."""
+        self._checked.clear()
+
+    def _recent(self, key: str) -> Adapter | None:
+        hit = self._checked.get(key) if self.recheck_seconds else None
+        if hit is None or time.monotonic() - hit[0] >= self.recheck_seconds:
+            return None
+        if isinstance(hit[1], AdapterError):
+            raise hit[1]
+        return hit[1]
+
+    def _remember(self, key: str, found: Callable[[], Adapter]) -> Adapter:
+        if not self.recheck_seconds:
+            return found()
+        try:
+            adapter = found()
+        except AdapterError as exc:
+            self._checked[key] = (time.monotonic(), exc)
+            raise
+        self._checked[key] = (time.monotonic(), adapter)
+        return adapter
 
     # ---------------------------------------------------------------- discovery
     def _candidates(self, name: str) -> Iterator[tuple[Path, bool]]:
@@ -513,6 +547,10 @@ class AdapterLoader:
     # ------------------------------------------------------------------ loading
     def get(self, name: str) -> Adapter:
         """The current adapter called ``name`` (reloaded if its file changed)."""
+        key = f"name:{name}"
+        return self._recent(key) or self._remember(key, lambda: self._find(name, key))
+
+    def _find(self, name: str, key: str) -> Adapter:
         if not _valid_name(name):
             raise AdapterError(f"invalid adapter name {name!r}")
         for path, builtin in self._candidates(name):
@@ -520,18 +558,30 @@ class AdapterLoader:
                 st = path.stat()
             except OSError:
                 continue
-            return self._load_cached(f"name:{name}", path, builtin, st)
+            return self._load_cached(key, path, builtin, st)
         raise AdapterError(f"adapter '{name}' not found (available: {', '.join(self.names()) or 'none'})")
 
     def load_path(self, path: Path | str) -> Adapter:
         """The adapter in an explicit file (``adapter_path``), reloaded if it changed."""
-        p = Path(path).expanduser()
+        key = f"path:{path}"
+        return self._recent(key) or self._remember(key, lambda: self._load_path(Path(path).expanduser()))
+
+    def _load_path(self, p: Path) -> Adapter:
         try:
             st = p.stat()
         except OSError as exc:
             raise AdapterError(f"adapter file {p} cannot be read: {exc.strerror}", path=str(p)) from None
         builtin = p.resolve().parent == self.builtin_dir.resolve()
         return self._load_cached(f"path:{p.resolve()}", p, builtin, st)
+
+    def check_file(self, path: Path | str) -> Adapter:
+        """Load a file as an adapter to validate it; nothing is kept (raises AdapterError)."""
+        p = Path(path)
+        try:
+            st = p.stat()
+        except OSError as exc:
+            raise AdapterError(f"adapter file {p} cannot be read: {exc.strerror}", path=str(p)) from None
+        return self._load_file(p, False, st.st_mtime_ns)
 
     def _load_cached(self, key: str, path: Path, builtin: bool, st: os.stat_result) -> Adapter:
         entry = self._entries.get(key)

@@ -575,6 +575,7 @@ class ManageAPI:
             raise ApiError(400, problem[0], location=problem[1])
         dest = self._user_dir() / f"{name}.lua"
         await asyncio.to_thread(_write_atomic, dest, code)
+        _forget(loader)
         log.info("web UI saved adapter %s", dest)
         return ok({"ok": True, "name": name, "path": str(dest)})
 
@@ -584,7 +585,15 @@ class ManageAPI:
         if not await asyncio.to_thread(path.is_file):
             raise ApiError(404, f"no adapter of yours named {name!r} (built-in adapters cannot be deleted)")
         await asyncio.to_thread(path.unlink)
+        _forget(self._loader())
         return ok({"ok": True, "name": name})
+
+
+def _forget(loader: Any) -> None:
+    """A file just changed: the next LLM call picks it up without waiting for the recheck interval."""
+    forget = getattr(loader, "forget", None)
+    if callable(forget):
+        forget()
 
 
 def _newest(items: Any, n: int) -> list[Any]:
@@ -594,20 +603,16 @@ def _newest(items: Any, n: int) -> list[Any]:
 
 def _check_adapter(loader: Any, name: str, code: str) -> tuple[str, str] | None:
     """(message, location) when ``code`` does not load as an adapter; None when it does."""
-    load_path = getattr(loader, "load_path", None)
-    if not callable(load_path):
+    check_file = getattr(loader, "check_file", None)
+    if not callable(check_file):
         return None
     with tempfile.TemporaryDirectory(prefix="homeagent-adapter-") as tmp:
         path = Path(tmp) / f"{name}.lua"
         path.write_text(code, encoding="utf-8")
         try:
-            load_path(path)
+            check_file(path)
         except Exception as exc:
             return str(exc), str(getattr(exc, "location", "") or "")
-        finally:
-            entries = getattr(loader, "_entries", None)
-            if isinstance(entries, dict):  # forget the throw-away file
-                entries.pop(f"path:{path.resolve()}", None)
     return None
 
 
