@@ -28,6 +28,7 @@ import httpx
 
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
+from homeagent.providers.base import ChatRequest
 from homeagent.sdk.types import Stage, StageContext, ToolDef
 from tests.fakes.llm_openai import FakeOpenAI, Turn
 
@@ -77,8 +78,13 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
 
             daemon.tools.register(ToolDef(name="noop", plugin="bench"), noop)
             results: dict[str, list[float]] = {}
-            from homeagent.providers.base import ChatRequest
 
+            base = {
+                "0 tool calls": lambda: [Turn.text("done")],
+                "1 tool call": lambda: [Turn.tool_calls([("noop", {})]), Turn.text("done")],
+                "3 tool calls": lambda: [Turn.tool_calls([("noop", {})] * 3), Turn.text("done")],
+            }
+            await asyncio.sleep(8)  # let the embedder and dictionaries finish loading
             provider_times = []
             request = ChatRequest(messages=[{"role": "system", "content": "x" * 2000}, {"role": "user", "content": "hi"}])
             for i in range(turns + 10):
@@ -88,12 +94,6 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
                 if i >= 10:
                     provider_times.append(time.perf_counter() - started)
             results["provider.run only"] = provider_times
-            base = {
-                "0 tool calls": lambda: [Turn.text("done")],
-                "1 tool call": lambda: [Turn.tool_calls([("noop", {})]), Turn.text("done")],
-                "3 tool calls": lambda: [Turn.tool_calls([("noop", {})] * 3), Turn.text("done")],
-            }
-            await asyncio.sleep(8)  # let the embedder and dictionaries finish loading
             scenarios = {f"{k}, memory on": v for k, v in base.items()}
             scenarios.update({f"{k}, memory off": v for k, v in base.items()})
             full_memory, full_prompt = daemon.runner.memory, daemon.runner.prompt
@@ -108,6 +108,13 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
                     llm_time[0] += time.perf_counter() - started
 
             daemon.runner.run_llm = timed_run
+            last_request: list[ChatRequest] = []
+
+            async def spy_run(request: ChatRequest, *a: Any, **kw: Any) -> Any:
+                last_request[:] = [request]
+                return await timed_run(request, *a, **kw)
+
+            daemon.runner.run_llm = spy_run
             for name, script in scenarios.items():
                 if name.endswith("memory off"):
                     # the kernel alone: no context window, no memory prompt sections, no distiller hook
@@ -134,9 +141,35 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
                 results[name] = times
                 results[name + " (outside the provider)"] = outside
                 results[name + " (fake LLM)"] = await replay_turn(fake, script, turns)
+            results.update(await one_round(daemon, fake, last_request[0], turns))
             return results
         finally:
             await daemon.stop()
+
+
+async def one_round(daemon: Daemon, fake: FakeOpenAI, request: Any, turns: int) -> dict[str, list[float]]:
+    """One LLM round with the last turn's final request: ProviderManager.run against the same body sent bare."""
+    run = daemon.llm.manager.run
+    fake.script(Turn.text("done"))
+    await run(request, None)
+    body = fake.requests[-1].raw
+    manager, bare = [], []
+    async with httpx.AsyncClient() as client:
+        for i in range(turns + 10):  # interleaved, so both see the same machine
+            fake.script(Turn.text("done"))
+            started = time.perf_counter()
+            await run(request, lambda chunk: None)
+            took = time.perf_counter() - started
+            fake.script(Turn.text("done"))
+            started = time.perf_counter()
+            async with client.stream("POST", fake.base_url + "/chat/completions", content=body,
+                                     headers={"Content-Type": "application/json"}) as response:
+                async for _line in response.aiter_lines():
+                    pass
+            if i >= 10:
+                manager.append(took)
+                bare.append(time.perf_counter() - started)
+    return {"round: ProviderManager.run": manager, "round: bare": bare, "round: body bytes": [float(len(body))]}
 
 
 async def replay_turn(fake: FakeOpenAI, script: Any, turns: int) -> list[float]:
@@ -209,6 +242,12 @@ async def main() -> None:
     print()
     provider50 = statistics.median(scenarios.pop("provider.run only"))
     print(f"ProviderManager.run (Lua adapter + httpx) to the same server: p50 {provider50 * 1000:.2f} ms")
+    round_run, round_bare = scenarios.pop("round: ProviderManager.run"), scenarios.pop("round: bare")
+    size = int(scenarios.pop("round: body bytes")[0])
+    print(f"one LLM round with a turn's real request ({size} bytes, the daemon's tools included): "
+          f"ProviderManager.run p50 {statistics.median(round_run) * 1000:.2f} ms, the same body sent bare "
+          f"{statistics.median(round_bare) * 1000:.2f} ms: the provider adds "
+          f"{(statistics.median(round_run) - statistics.median(round_bare)) * 1000:.2f} ms per round")
     print()
     print("| turn (7 stages x 3 handlers) | LLM rounds | turn p50 ms | turn p95 ms | fake LLM p50 ms "
           "| **overhead p50 / p95 ms** | outside the provider p50 / p95 ms | turn / bare tiny request |")

@@ -56,6 +56,13 @@ COMMON = [
     json.dumps({"id": "no choices"}),
     json.dumps({"choices": [{"message": {"content": "whole message"}, "finish_reason": "stop"}]}),
     '{"choices": [{"delta": {"content": "\\ud83d\\ude00 escaped pair"}}]}',
+    # the usage chunk that ends every OpenAI stream (stream_options.include_usage), and DeepSeek's
+    json.dumps({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 2, "total_tokens": 13,
+                                         "prompt_tokens_details": {"cached_tokens": 4, "audio_tokens": 0},
+                                         "completion_tokens_details": {"reasoning_tokens": 1}}}),
+    json.dumps({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
+                                         "prompt_cache_hit_tokens": 5, "prompt_cache_miss_tokens": 2}}),
+    chunk({}, "stop", usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}),
 ]
 
 LONE = '{"choices": [{"delta": {"content": "lone \\ud800 surrogate"}}]}'
@@ -67,6 +74,17 @@ ODD = [
     json.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}),
     json.dumps({"x_groq": {"id": "req_1"}, "choices": [{"delta": {"content": "g"}}]}),
     json.dumps({"x_groq": {"usage": {"prompt_tokens": 5}}, "choices": []}),
+    json.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3,
+                                         "prompt_tokens_details": {"cached_tokens": 1}, "prompt_cache_hit_tokens": 2}}),
+    json.dumps({"choices": [], "usage": {"prompt_tokens": "1", "completion_tokens": 2, "total_tokens": 3}}),
+    json.dumps({"choices": [], "usage": {"prompt_tokens": 1.5, "completion_tokens": 2, "total_tokens": 3}}),
+    json.dumps({"choices": [], "usage": {"prompt_tokens": True, "completion_tokens": 2, "total_tokens": 3}}),
+    json.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3,
+                                         "input_tokens": 9}}),
+    json.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3,
+                                         "prompt_tokens_details": None, "completion_tokens_details": [1]}}),
+    json.dumps({"choices": [], "usage": {"prompt_tokens": 2**60, "completion_tokens": 2, "total_tokens": 3}}),
+    json.dumps({"choices": [], "usage": [1, 2]}),
     json.dumps({"choices": [{"delta": {"content": "k"}, "usage": {"prompt_tokens": 9}}]}),
     json.dumps({"error": {"message": "overloaded", "type": "server_error"}}),
     json.dumps({"error": None, "choices": [{"delta": {"content": "e"}}]}),
@@ -150,8 +168,14 @@ def fuzz_lines(n: int, seed: int = 7) -> list[str]:
         if rnd.random() < 0.3:
             choice["finish_reason"] = rnd.choice(["stop", "length", None, 1, False])
         doc: dict[str, Any] = {"id": "c", "choices": [choice] if rnd.random() < 0.95 else pick()}
-        if rnd.random() < 0.1:
-            doc["usage"] = rnd.choice([None, {"prompt_tokens": 1, "completion_tokens": 2}])
+        if rnd.random() < 0.2:
+            usage = {key: pick() if rnd.random() < 0.2 else rnd.randint(0, 99)
+                     for key in ("prompt_tokens", "completion_tokens", "total_tokens", "prompt_cache_hit_tokens",
+                                 "input_tokens", "reasoning_tokens") if rnd.random() < 0.7}
+            for key, sub in (("prompt_tokens_details", "cached_tokens"), ("completion_tokens_details", "reasoning_tokens")):
+                if rnd.random() < 0.4:
+                    usage[key] = {sub: rnd.randint(0, 9) if rnd.random() < 0.8 else pick()} if rnd.random() < 0.9 else pick()
+            doc["usage"] = rnd.choice([None, usage, usage, pick()])
         out.append(json.dumps(doc, ensure_ascii=rnd.random() < 0.5))
     return out
 

@@ -736,9 +736,10 @@ def openai_chunk_fast(line: str) -> ParsedChunk | None:
     """An OpenAI chat-completion stream payload parsed in Python, or None to decline.
 
     Gives exactly what ``openai_compat.chunk`` plus the harness give for the
-    common chunks (content, reasoning, tool-call deltas, finish reason, ``[DONE]``).
-    Declines, so the adapter's Lua runs instead, for anything else: usage or
-    error chunks, content given as parts, values of unexpected types, text that
+    common chunks (content, reasoning, tool-call deltas, finish reason, ``[DONE]``,
+    usage in OpenAI's own shape). Declines, so the adapter's Lua runs instead, for
+    anything else: other usage shapes, error chunks, content given as parts, values
+    of unexpected types, text that
     Python's JSON reads differently from the sandbox's (invalid JSON, NaN,
     lone surrogate escapes). Duplicate keys are the one case not detected.
     """
@@ -751,11 +752,16 @@ def openai_chunk_fast(line: str) -> ParsedChunk | None:
     if type(doc) is not dict:
         return None
     get = doc.get
-    if get("error") is not None or get("usage") is not None or get("x_groq") is not None:
+    if get("error") is not None or get("x_groq") is not None:
         return None
+    usage = get("usage")
+    if usage is not None:
+        usage = _openai_usage(usage)
+        if usage is None:
+            return None
     choices = get("choices")
     if choices is None or choices == []:
-        return ParsedChunk()
+        return ParsedChunk(usage=usage)
     if type(choices) is not list:
         return None
     choice = choices[0]
@@ -766,7 +772,7 @@ def openai_chunk_fast(line: str) -> ParsedChunk | None:
         finish = ""
     elif type(finish) is not str:
         return None
-    out = ParsedChunk(finish_reason=finish)
+    out = ParsedChunk(finish_reason=finish, usage=usage)
     d = choice.get("delta")
     if d is None:
         d = choice.get("message")
@@ -826,6 +832,44 @@ def openai_chunk_fast(line: str) -> ParsedChunk | None:
     if "\\u" in line and _has_surrogate(out):
         return None  # the sandbox turns lone surrogates into U+FFFD; Python keeps them
     return out
+
+
+_USAGE_TOP = frozenset({"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
+                        "completion_tokens_details", "prompt_cache_hit_tokens", "prompt_cache_miss_tokens"})
+
+
+def _count(value: Any) -> int | None:
+    """A token count as every adapter's Lua reads it; None for anything it might read otherwise."""
+    if type(value) is int and -_MAX_INDEX < value < _MAX_INDEX:
+        return value
+    return None
+
+
+def _openai_usage(usage: Any) -> tuple[int, int, int, int, int] | None:
+    """OpenAI's usage object (DeepSeek's cache fields too) as (prompt, completion, total, cache_read,
+    reasoning); None, so Lua decides, for any other shape: adapters normalise the odd ones differently."""
+    if type(usage) is not dict or not usage.keys() <= _USAGE_TOP:
+        return None
+    prompt, completion, total = (_count(usage.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    if prompt is None or completion is None or total is None:
+        return None
+    extra = {}
+    for key in ("prompt_tokens_details", "completion_tokens_details"):
+        details = usage.get(key)
+        if details is None:
+            continue
+        if type(details) is not dict or any(_count(v) is None for v in details.values()):
+            return None
+        extra[key] = details
+    cached = extra.get("prompt_tokens_details", {}).get("cached_tokens")
+    hit = usage.get("prompt_cache_hit_tokens")
+    for value in (hit, usage.get("prompt_cache_miss_tokens")):
+        if value is not None and _count(value) is None:
+            return None
+    if cached is not None and hit is not None:
+        return None  # adapters disagree on which one wins
+    reasoning = extra.get("completion_tokens_details", {}).get("reasoning_tokens")
+    return prompt, completion, total, cached if cached is not None else (hit or 0), reasoning or 0
 
 
 def _has_surrogate(chunk: ParsedChunk) -> bool:
