@@ -5,7 +5,11 @@
 Per request: unified request dict -> JSON body text (Lua: json.dumps + decode,
 transform_request, encode in Lua; Python: the same OpenAI transform on dicts +
 json.dumps; the other adapters against the same transform written in Python, both
-sides caching the tools conversion by the tools JSON text). Per response: raw body ->
+sides caching the tools conversion by the tools JSON text). The per-adapter rows are
+tool loops, each timed twice: ``cold`` (a request never seen: every message converted)
+and ``round`` (the conversation's earlier requests were sent: the Lua adapters reuse the
+messages they converted then, keyed by each message's JSON text; the Python ports keep
+nothing). Per response: raw body ->
 content/usage/tool calls. Per stream chunk: one SSE data payload -> a chunk (Lua: the
 adapter via the harness; Python: json.loads + field picking). Built-in adapters
 declare a ``stream_format``: their plain delta chunks are parsed by the host
@@ -26,12 +30,13 @@ from typing import Any
 from homeagent.providers.adapter_loader import Adapter, AdapterLoader, RequestContext, request_parts
 
 
-def make_request(n_messages: int, n_tools: int, text: int) -> dict[str, Any]:
+def make_request(n_messages: int, n_tools: int, text: int, tag: str = "") -> dict[str, Any]:
+    """A request of about ``n_messages`` text messages; ``tag`` makes every message's text unique."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": "You are HomeAgent. " * (text // 20 + 1)}]
     for i in range(n_messages // 2):
-        messages.append({"role": "user", "content": f"question {i} " + "word " * (text // 5)})
-        messages.append({"role": "assistant", "content": f"answer {i} " + "text " * (text // 5)})
-    messages.append({"role": "user", "content": "and now?"})
+        messages.append({"role": "user", "content": f"{tag}question {i} " + "word " * (text // 5)})
+        messages.append({"role": "assistant", "content": f"{tag}answer {i} " + "text " * (text // 5)})
+    messages.append({"role": "user", "content": f"{tag}and now?"})
     tools = [{"type": "function", "function": {
         "name": f"tool_{i}", "description": "does a useful thing with its arguments " * 2,
         "parameters": {"type": "object", "properties": {
@@ -43,6 +48,26 @@ def make_request(n_messages: int, n_tools: int, text: int) -> dict[str, Any]:
     if tools:
         req["tools"] = tools
     return req
+
+
+def tool_round(tag: str, k: int, text: int) -> list[dict[str, Any]]:
+    """One tool-loop round: the assistant's tool call and its result."""
+    call_id = f"call_{tag}{k}"
+    return [{"role": "assistant", "content": "", "tool_calls": [{"id": call_id, "type": "function", "function": {
+                "name": f"tool_{k % 5}", "arguments": json.dumps({"query": f"{tag} step {k}", "limit": 5})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": f"{tag} result {k}: " + "data " * (text // 5)}]
+
+
+def conversation(n_messages: int, n_tools: int, text: int, tag: str) -> list[dict[str, Any]]:
+    """A tool loop's requests: system + user, then each request is the previous one plus a tool
+    call and its result, up to ``n_messages`` messages."""
+    out = [make_request(0, n_tools, text, tag)]
+    k = 0
+    while len(out[-1]["messages"]) + 2 <= n_messages:
+        prev = out[-1]
+        out.append({**prev, "messages": prev["messages"] + tool_round(tag, k, text)})
+        k += 1
+    return out
 
 
 def py_openai_request(req: dict[str, Any]) -> str:
@@ -399,6 +424,48 @@ async def timeit(fn: Callable[[], Awaitable[Any]] | Callable[[], Any], n: int, i
     return statistics.median(batches)
 
 
+ROUNDS = 5  # timed rounds per conversation (its last ones)
+
+
+async def time_kind(kind: str, adapter: Adapter, actx: Any, py_transform: Callable[[dict[str, Any]], str],
+                    cold: dict[str, list[dict[str, Any]]],
+                    convs: dict[str, list[list[dict[str, Any]]]]) -> tuple[float, float]:
+    """µs per request (median of 5 batches), Lua and Python, each prepared request used once."""
+    if kind == "cold":
+        lua_seq, py_seq = iter(cold["lua"]), iter(cold["py"])
+
+        async def lua() -> str:
+            return await adapter.build_request(request_parts(next(lua_seq)), actx)
+
+        count = len(cold["lua"])
+        return await timeit(lua, count, True), await timeit(lambda: py_transform(next(py_seq)), count, False)
+
+    async def lua_one(req: dict[str, Any]) -> str:
+        return await adapter.build_request(request_parts(req), actx)
+
+    async def py_one(req: dict[str, Any]) -> str:
+        return py_transform(req)
+
+    results = []
+    for side, one in (("lua", lua_one), ("py", py_one)):
+        conversations = convs[side]
+        per = max(1, len(conversations) // 5)
+        batches = []
+        for b in range(5):
+            total, count = 0.0, 0
+            for conv in conversations[b * per:(b + 1) * per]:
+                for req in conv[:-ROUNDS]:  # the conversation so far, not timed
+                    await one(req)
+                for req in conv[-ROUNDS:]:
+                    start = time.process_time()
+                    await one(req)
+                    total += time.process_time() - start
+                    count += 1
+            batches.append(total / max(1, count) * 1e6)
+        results.append(statistics.median(batches))
+    return results[0], results[1]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -464,33 +531,42 @@ async def main() -> None:
         print(f"{label:<38} {size:>7} {lua_us:>9.1f} {py_us:>10.1f} {lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
 
     print()
-    print("other adapters: Python baseline = the same transform written in Python (tools conversion cached")
-    print("by the tools JSON text on both sides); chunks (host fast path): json.loads")
+    print("per adapter, per request (Lua: request_parts + build_request, as the daemon does; Python: the same")
+    print("transform written in Python on the dict + json.dumps). The requests are tool loops: system, user,")
+    print("then tool call + result pairs up to 20 messages (typical, 5 tools) or 60 (large, 30 tools).")
+    print("Tools conversion cached by the tools JSON text on both sides; the Lua adapters also keep each")
+    print("converted message by its JSON text, the Python ports keep no messages.")
+    print("  cold:  the request is new (first of its conversation: every message converted)")
+    print("  round: the conversation's previous request was sent before (only the 2 new messages are new)")
     print(f"{'':<38} {'bytes':>7} {'Lua µs':>9} {'Python µs':>10} {'ratio':>6} {'Lua adds µs':>12}")
-    typical = make_request(20, 5, 120)
-    large = make_request(60, 30, 300)
     anthropic_cache, gemini_cache = ToolsCache(_anthropic_tools), ToolsCache(_gemini_tools)
     python_of: dict[str, Callable[[dict[str, Any]], str]] = {
+        "openai": py_openai_request,
         "deepseek": py_openai_request,
         "anthropic": lambda req: py_anthropic_request(req, anthropic_cache),
         "gemini": lambda req: py_gemini_request(req, gemini_cache),
         "ollama": py_ollama_request,
         "mistral": py_mistral_request,
     }
+    sizes = {"typical": (20, 5, 120), "large": (60, 30, 300)}
+    serial = iter(range(10**9))
     for name, py_transform in python_of.items():
         adapter = loader.get(name)
         actx = ctx_of(adapter)
-        for label, req in (("typical", typical), ("large", large)):
-            async def build(adapter: Adapter = adapter, actx: Any = actx, req: dict[str, Any] = req) -> str:
-                return await adapter.build_request(request_parts(req), actx)
-
-            body = await build()
-            assert json.loads(body) == json.loads(py_transform(req)), f"{name}: Lua and Python bodies differ"
-            n = 300 * scale if label == "typical" else 40 * scale
-            lua_us = await timeit(build, n, True)
-            py_us = await timeit(lambda req=req, f=py_transform: f(req), n, False)
-            print(f"{name + ' request ' + label:<38} {len(body):>7} {lua_us:>9.1f} {py_us:>10.1f} "
-                  f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
+        for size, (n_msgs, n_tools, text) in sizes.items():
+            n = 300 * scale if size == "typical" else 40 * scale
+            convs = {side: [conversation(n_msgs, n_tools, text, f"t{next(serial)} ") for _ in range(n // ROUNDS)]
+                     for side in ("lua", "py")}
+            cold = {side: [conversation(n_msgs, n_tools, text, f"c{next(serial)} ")[-1] for _ in range(n)]
+                    for side in ("lua", "py")}
+            check = conversation(n_msgs, n_tools, text, "check ")
+            for req in check:
+                body = await adapter.build_request(request_parts(req), actx)
+                assert json.loads(body) == json.loads(py_transform(req)), f"{name}: Lua and Python bodies differ"
+            for kind in ("cold", "round"):
+                lua_us, py_us = await time_kind(kind, adapter, actx, py_transform, cold, convs)
+                print(f"{name + ' ' + size + ' ' + kind:<38} {len(body):>7} {lua_us:>9.1f} {py_us:>10.1f} "
+                      f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
     for name, line in OTHER_CHUNKS.items():
         adapter = loader.get(name)
         actx, st = ctx_of(adapter), adapter.new_stream_state()

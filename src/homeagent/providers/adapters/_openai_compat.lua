@@ -61,6 +61,159 @@ function M.strip_messages(messages, fields)
   return out
 end
 
+-- A bounded cache of per-message conversions, keyed by each message's JSON text
+-- (json.items). Every round of a conversation re-sends the whole history, so an
+-- adapter that converts messages (Anthropic, Gemini, Ollama, Mistral) converts each
+-- one once. A text is found by a fingerprint (its size and three 8-byte samples), then
+-- compared: a long string used as a table key would be hashed byte by byte on every
+-- request, while comparing texts of equal size is one memcmp. Texts that share a
+-- fingerprint go to a table keyed by the text itself. Two generations, each at most
+-- half of `max_entries` / `max_bytes`: a full generation retires the older one;
+-- entries still in use move to the new one, so what the current conversation sends
+-- stays cached.
+local sample = string.unpack
+local SHARED = {} -- in `texts`: several texts have this fingerprint, see `by_text`
+
+local function key_of(text)
+  local len = #text
+  if len <= 40 then return text end -- short strings are hashed when made anyway
+  return len ~ (sample("<i8", text, 33) * 31) ~ (sample("<i8", text, len // 2) * 1000003)
+         ~ (sample("<i8", text, len - 8) * 998244353)
+end
+
+local function generation()
+  return { texts = {}, entries = {}, by_text = {} }
+end
+
+function M.message_cache(max_entries, max_bytes)
+  return { new = generation(), old = generation(), n = 0, bytes = 0,
+           max_entries = (max_entries or 4096) // 2, max_bytes = (max_bytes or 8 * 1024 * 1024) // 2 }
+end
+
+local function find(g, key, text)
+  local t = g.texts[key]
+  if t == text then return g.entries[key] end
+  if t == SHARED then return g.by_text[text] end
+  return nil
+end
+
+-- An entry's size: its key, its JSON text twice (adapters keep a second form of some)
+-- and what the adapter counted in `bytes`.
+local function put(c, key, text, entry)
+  local size = #text + 2 * #(entry.json or "") + (entry.bytes or 0) + 128
+  if size > c.max_bytes then return end
+  if c.n >= c.max_entries or c.bytes + size > c.max_bytes then
+    c.old, c.new, c.n, c.bytes = c.new, generation(), 0, 0
+  end
+  local g = c.new
+  local t = g.texts[key]
+  if t == nil or t == text then
+    g.texts[key], g.entries[key] = text, entry
+  else
+    if t ~= SHARED then
+      g.by_text[t] = g.entries[key]
+      g.texts[key], g.entries[key] = SHARED, nil
+    end
+    g.by_text[text] = entry
+  end
+  c.n, c.bytes = c.n + 1, c.bytes + size
+end
+
+-- From the older generation (then moved to the new one), or nil.
+local function revive(c, key, text)
+  local g = c.old
+  local e = find(g, key, text)
+  if e ~= nil then
+    if g.texts[key] == text then g.texts[key], g.entries[key] = nil, nil else g.by_text[text] = nil end
+    put(c, key, text, e)
+  end
+  return e
+end
+
+-- The cached entry for a message text, or nil.
+function M.cache_get(c, text)
+  local key = key_of(text)
+  local e = find(c.new, key, text)
+  if e == nil then e = revive(c, key, text) end
+  return e
+end
+
+-- Stores `entry` for a message text.
+function M.cache_put(c, text, entry)
+  put(c, key_of(text), text, entry)
+end
+
+-- Each request message through `convert(m)` (m: the decoded message), cached in `cache`
+-- (from M.message_cache) by the message's JSON text. convert returns `entry [, value]`:
+-- when it gives a value, entry.json becomes value's JSON text (the new messages of a
+-- request are encoded together, one call; an entry built with `json = false` has the
+-- slot ready). Returns the entries, one per message.
+-- An entry is shared by every later request with that message: it must depend on
+-- nothing but `m` (resolve context such as tool-call names when assembling) and only
+-- gain fields derived from it. Without message texts (the adapter read or replaced
+-- req.messages first) every message is converted and nothing is cached.
+function M.each_message(req, cache, convert)
+  local texts = json.items(req, "messages")
+  local out, values, owners, nv = {}, {}, {}, 0
+  local function add(i, m)
+    if m == nil then m = json.null end
+    local e, v = convert(m)
+    out[i] = e
+    if v ~= nil then nv = nv + 1; values[nv], owners[nv] = v, e end
+  end
+  local miss, keys, nmiss = nil, nil, 0
+  if not texts then
+    for i, m in ipairs(req.messages or {}) do add(i, m) end
+  else
+    local g = cache.new
+    local gtexts, gentries = g.texts, g.entries
+    for i = 1, #texts do
+      local text = texts[i]
+      local key = key_of(text)
+      local e
+      if gtexts[key] == text then
+        e = gentries[key]
+      else
+        e = find(g, key, text) or revive(cache, key, text)
+        if e == nil then
+          if not miss then miss, keys = {}, {} end
+          nmiss = nmiss + 1
+          miss[nmiss], keys[nmiss] = i, key
+        end
+        g = cache.new
+        gtexts, gentries = g.texts, g.entries
+      end
+      out[i] = e
+    end
+    -- many new messages (a cold start): decode the whole list in one call
+    local all = nmiss > 0 and nmiss * 3 >= #texts and req.messages
+    for k = 1, nmiss do
+      local i = miss[k]
+      if all then add(i, all[i]) else add(i, json.decode(texts[i])) end
+    end
+  end
+  if nv > 0 then
+    local encoded = json.encode_each(values)
+    for k = 1, nv do owners[k].json = encoded[k] end
+  end
+  for k = 1, nmiss do
+    local i = miss[k]
+    put(cache, keys[k], texts[i], out[i])
+  end
+  return out
+end
+
+-- The items of a JSON array text ("[a,b]" -> "a,b"), to join with others.
+function M.inner(array_text)
+  return array_text:sub(2, -2)
+end
+
+-- A string as JSON text; plain names (letters, digits, _ - .) without an encoder call.
+function M.json_string(s)
+  if type(s) == "string" and s:find("^[A-Za-z0-9_%-%.]*$") then return '"' .. s .. '"' end
+  return json.encode(s)
+end
+
 -- Index of the last user message (messages after it belong to the current tool loop).
 function M.last_user_index(messages)
   for i = #messages, 1, -1 do

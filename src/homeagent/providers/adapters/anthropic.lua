@@ -32,57 +32,108 @@ local function user_blocks(content)
 end
 
 local parse_args = openai_compat.parse_args  -- tool-call arguments as a table
+local inner = openai_compat.inner
 
-local function convert(messages, thinking)
-  local system, out = {}, json.array()
-  local function push(role, blocks)
-    local last = out[#out]
-    if last and last.role == role then
-      for _, b in ipairs(blocks) do last.content[#last.content + 1] = b end
-    else
-      out[#out + 1] = { role = role, content = json.array(blocks) }
+-- Converted messages, kept across requests by their JSON text (each round of a
+-- conversation re-sends the whole history): bounded in entries and bytes.
+local cache = openai_compat.message_cache()
+
+-- One message -> an entry and the value whose JSON text becomes entry.json: system
+-- text, or a turn's content blocks. An assistant's signed thinking block is kept apart
+-- (entry.think): it is sent only when the request uses thinking. `mrole`, `calls` and
+-- `signed` feed thinking_possible.
+local function convert_one(m)
+  local role = m.role
+  if role == "system" or role == "developer" then
+    local t = text_of(m.content)
+    return { mrole = role, system = t, bytes = #t }
+  elseif role == "assistant" then
+    local think
+    if type(m.reasoning_content) == "string" and type(m.reasoning_signature) == "string" then
+      think = json.encode({ type = "thinking", thinking = m.reasoning_content, signature = m.reasoning_signature })
     end
-  end
-  for _, m in ipairs(messages) do
-    local role = m.role
-    if role == "system" or role == "developer" then
-      local t = text_of(m.content)
-      if t ~= "" then system[#system + 1] = t end
-    elseif role == "assistant" then
-      local blocks = {}
-      if thinking and type(m.reasoning_content) == "string" and type(m.reasoning_signature) == "string" then
-        blocks[#blocks + 1] = { type = "thinking", thinking = m.reasoning_content, signature = m.reasoning_signature }
-      end
-      local t = text_of(m.content)
-      if t ~= "" then blocks[#blocks + 1] = { type = "text", text = t } end
-      for _, tc in ipairs(m.tool_calls or {}) do
-        local fn = tc["function"] or {}
-        blocks[#blocks + 1] = { type = "tool_use", id = tc.id, name = fn.name, input = parse_args(fn.arguments) }
-      end
-      if #blocks > 0 then push("assistant", blocks) end
-    elseif role == "tool" then
-      local t = text_of(m.content)
-      if t == "" then t = "(no output)" end
-      push("user", { { type = "tool_result", tool_use_id = m.tool_call_id, content = t } })
-    else
-      push("user", user_blocks(m.content))
+    local blocks = json.array()
+    local t = text_of(m.content)
+    if t ~= "" then blocks[#blocks + 1] = { type = "text", text = t } end
+    for _, tc in ipairs(m.tool_calls or {}) do
+      local fn = tc["function"] or {}
+      blocks[#blocks + 1] = { type = "tool_use", id = tc.id, name = fn.name, input = parse_args(fn.arguments) }
     end
+    local e = { mrole = role, role = "assistant", think = think, calls = m.tool_calls and true or false,
+                signed = m.reasoning_signature and true or false, bytes = think and 2 * #think or 0,
+                json = false, with_think = false }
+    if #blocks == 0 then return e end
+    return e, blocks
+  elseif role == "tool" then
+    local t = text_of(m.content)
+    if t == "" then t = "(no output)" end
+    return { mrole = role, role = "user", json = false },
+           json.array({ { type = "tool_result", tool_use_id = m.tool_call_id, content = t } })
   end
-  if out[1] and out[1].role ~= "user" then
-    table.insert(out, 1, { role = "user", content = json.array({ { type = "text", text = "(continued)" } }) })
-  end
-  return table.concat(system, "\n\n"), out
+  return { mrole = role, role = "user", json = false }, json.array(user_blocks(m.content))
 end
 
 -- Extended thinking with tools needs the signed thinking block of the current tool loop;
 -- without it thinking is left off for this request.
-local function thinking_possible(messages)
-  for i = #messages, 1, -1 do
-    local m = messages[i]
-    if m.role == "user" then return true end
-    if m.role == "assistant" and m.tool_calls and not m.reasoning_signature then return false end
+local function thinking_possible(entries)
+  for i = #entries, 1, -1 do
+    local e = entries[i]
+    if e.mrole == "user" then return true end
+    if e.mrole == "assistant" and e.calls and not e.signed then return false end
   end
   return true
+end
+
+-- An entry's content blocks as a JSON array text (nil: none), with or without thinking.
+local function blocks_of(e, thinking)
+  if not (thinking and e.think) then return e.json end
+  if not e.with_think then
+    e.with_think = e.json and ("[" .. e.think .. "," .. e.json:sub(2)) or ("[" .. e.think .. "]")
+  end
+  return e.with_think
+end
+
+local TURN = { user = '{"role":"user","content":', assistant = '{"role":"assistant","content":' }
+
+-- system text and messages (JSON text); consecutive turns of the same role are merged.
+local function convert(entries, thinking)
+  local system = {}
+  local out, no = { "[" }, 1
+  local role, lists, nl = nil, {}, 0
+  local function flush()
+    if no > 1 then no = no + 1; out[no] = "," end
+    out[no + 1] = TURN[role]
+    if nl == 1 then
+      out[no + 2] = lists[1]
+    else
+      for k = 1, nl do lists[k] = inner(lists[k]) end
+      out[no + 2] = "[" .. table.concat(lists, ",", 1, nl) .. "]"
+    end
+    out[no + 3] = "}"
+    no = no + 3
+  end
+  for i = 1, #entries do
+    local e = entries[i]
+    if e.system then
+      if e.system ~= "" then system[#system + 1] = e.system end
+    else
+      local list = blocks_of(e, thinking)
+      if list then
+        if e.role ~= role then
+          if role then flush() end
+          if role == nil and e.role ~= "user" then -- the conversation must open with a user turn
+            out[2], no = '{"role":"user","content":[{"type":"text","text":"(continued)"}]}', 2
+          end
+          role, nl = e.role, 0
+        end
+        nl = nl + 1
+        lists[nl] = list
+      end
+    end
+  end
+  if role then flush() end
+  out[no + 1] = "]"
+  return table.concat(system, "\n\n"), table.concat(out)
 end
 
 -- Tool schemas pass through as JSON text: decoded with their "parameters" kept raw.
@@ -163,12 +214,13 @@ return {
   end,
 
   transform_request = function(req)
-    local thinking = req.thinking and thinking_possible(req.messages)
-    local system, messages = convert(req.messages, thinking)
+    local entries = openai_compat.each_message(req, cache, convert_one)
+    local thinking = req.thinking and thinking_possible(entries)
+    local system, messages = convert(entries, thinking)
     local max_tokens = req.max_tokens or DEFAULT_MAX_TOKENS
     local body = {
       model = req.model,
-      messages = messages,
+      messages = json.raw(messages),
       max_tokens = max_tokens,
       stream = req.stream and true or false,
       temperature = req.temperature,

@@ -80,39 +80,94 @@ local function tools_json(req)
 end
 
 local parse_args = openai_compat.parse_args  -- tool-call arguments as a table
+local inner, json_string = openai_compat.inner, openai_compat.json_string
 
-local function convert(messages)
-  local system, contents, names = {}, json.array(), {}
-  local function push(role, parts)
-    local last = contents[#contents]
-    if last and last.role == role then
-      for _, p in ipairs(parts) do last.parts[#last.parts + 1] = p end
-    else
-      contents[#contents + 1] = { role = role, parts = json.array(parts) }
+-- Converted messages, kept across requests by their JSON text (each round of a
+-- conversation re-sends the whole history): bounded in entries and bytes.
+local cache = openai_compat.message_cache()
+
+-- One message -> an entry and the value whose JSON text becomes entry.json: a system
+-- part, a turn's parts (with the tool-call names they declare), or a tool result's
+-- response (its function name comes from an earlier message: added when assembling).
+local function convert_one(m)
+  local role = m.role
+  if role == "system" or role == "developer" then
+    local t = text_of(m.content)
+    if t == "" then return {} end
+    return { system = true, json = false }, { text = t }
+  elseif role == "assistant" then
+    local parts, names = json.array(), nil
+    local t = text_of(m.content)
+    if t ~= "" then parts[#parts + 1] = { text = t } end
+    for i, tc in ipairs(m.tool_calls or {}) do
+      local fn = tc["function"] or {}
+      names = names or { n = 0 }
+      names[2 * i - 1], names[2 * i], names.n = tc.id or "", fn.name, 2 * i
+      parts[#parts + 1] = { functionCall = { name = fn.name, args = parse_args(fn.arguments) } }
     end
+    if #parts == 0 then return { names = names } end
+    return { role = "model", names = names, json = false }, parts
+  elseif role == "tool" then
+    return { role = "user", tool_id = m.tool_call_id or "", fallback = m.name or "tool", json = false,
+             for_name = false, parts = false }, { content = text_of(m.content) }
   end
-  for _, m in ipairs(messages) do
-    if m.role == "system" or m.role == "developer" then
-      local t = text_of(m.content)
-      if t ~= "" then system[#system + 1] = { text = t } end
-    elseif m.role == "assistant" then
-      local parts = {}
-      local t = text_of(m.content)
-      if t ~= "" then parts[#parts + 1] = { text = t } end
-      for _, tc in ipairs(m.tool_calls or {}) do
-        local fn = tc["function"] or {}
-        names[tc.id or ""] = fn.name
-        parts[#parts + 1] = { functionCall = { name = fn.name, args = parse_args(fn.arguments) } }
+  return { role = "user", json = false }, json.array(user_parts(m.content))
+end
+
+-- A tool result's parts (JSON array text) for the function name it answers.
+local function response_parts(e, name)
+  if e.for_name ~= name then
+    e.for_name = name
+    e.parts = '[{"functionResponse":{"name":' .. json_string(name) .. ',"response":' .. e.json .. "}}]"
+  end
+  return e.parts
+end
+
+local TURN = { user = '{"role":"user","parts":', model = '{"role":"model","parts":' }
+
+-- systemInstruction and contents as JSON text; consecutive turns of the same role merge.
+local function convert(req)
+  local entries = openai_compat.each_message(req, cache, convert_one)
+  local system, names = {}, {}
+  local out, no = { "[" }, 1
+  local role, lists, nl = nil, {}, 0
+  local function flush()
+    if no > 1 then no = no + 1; out[no] = "," end
+    out[no + 1] = TURN[role]
+    if nl == 1 then
+      out[no + 2] = lists[1]
+    else
+      for k = 1, nl do lists[k] = inner(lists[k]) end
+      out[no + 2] = "[" .. table.concat(lists, ",", 1, nl) .. "]"
+    end
+    out[no + 3] = "}"
+    no = no + 3
+  end
+  for i = 1, #entries do
+    local e = entries[i]
+    local n = e.names
+    if n then for j = 1, n.n, 2 do names[n[j]] = n[j + 1] end end
+    local list
+    if e.tool_id then
+      list = response_parts(e, names[e.tool_id] or e.fallback)
+    elseif e.system then
+      system[#system + 1] = e.json
+    elseif e.role then
+      list = e.json
+    end
+    if list then
+      if e.role ~= role then
+        if role then flush() end
+        role, nl = e.role, 0
       end
-      if #parts > 0 then push("model", parts) end
-    elseif m.role == "tool" then
-      local name = names[m.tool_call_id or ""] or m.name or "tool"
-      push("user", { { functionResponse = { name = name, response = { content = text_of(m.content) } } } })
-    else
-      push("user", user_parts(m.content))
+      nl = nl + 1
+      lists[nl] = list
     end
   end
-  return system, contents
+  if role then flush() end
+  out[no + 1] = "]"
+  local instruction = #system > 0 and ('{"parts":[' .. table.concat(system, ",") .. "]}") or nil
+  return instruction, table.concat(out)
 end
 
 local FINISH = { STOP = "stop", MAX_TOKENS = "length", SAFETY = "content_filter", RECITATION = "content_filter",
@@ -195,9 +250,9 @@ return {
   end,
 
   transform_request = function(req)
-    local system, contents = convert(req.messages)
-    local body = { contents = contents }
-    if #system > 0 then body.systemInstruction = { parts = json.array(system) } end
+    local system, contents = convert(req)
+    local body = { contents = json.raw(contents) }
+    if system then body.systemInstruction = json.raw(system) end
     local gen = {}
     if req.temperature ~= nil then gen.temperature = req.temperature end
     if req.max_tokens ~= nil then gen.maxOutputTokens = req.max_tokens end

@@ -26,24 +26,31 @@ end
 
 local MESSAGE_FIELDS = { role = true, content = true, name = true, tool_calls = true, tool_call_id = true, prefix = true }
 
-local function messages(list)
-  local out = json.array()
-  for i, m in ipairs(list) do
-    local c = {}
-    for k, v in pairs(m) do
-      if MESSAGE_FIELDS[k] then c[k] = v end
-    end
-    if m.tool_calls then
-      local calls = json.array()
-      for j, tc in ipairs(m.tool_calls) do
-        calls[j] = { id = short_id(tc.id), type = "function", ["function"] = tc["function"] }
-      end
-      c.tool_calls = calls
-    end
-    if m.tool_call_id then c.tool_call_id = short_id(m.tool_call_id) end
-    out[i] = c
+-- Converted messages (JSON text), kept across requests by the message's JSON text (each
+-- round of a conversation re-sends the whole history): bounded in entries and bytes.
+local cache = compat.message_cache()
+
+local function convert_one(m)
+  local c = {}
+  for k, v in pairs(m) do
+    if MESSAGE_FIELDS[k] then c[k] = v end
   end
-  return out
+  if m.tool_calls then
+    local calls = json.array()
+    for j, tc in ipairs(m.tool_calls) do
+      calls[j] = { id = short_id(tc.id), type = "function", ["function"] = tc["function"] }
+    end
+    c.tool_calls = calls
+  end
+  if m.tool_call_id then c.tool_call_id = short_id(m.tool_call_id) end
+  return { json = false }, c
+end
+
+local function messages(req)
+  local entries = compat.each_message(req, cache, convert_one)
+  local out = {}
+  for i = 1, #entries do out[i] = entries[i].json end
+  return json.raw("[" .. table.concat(out, ",") .. "]")
 end
 
 return {
@@ -60,7 +67,7 @@ return {
   transform_request = function(req)
     local body = {
       model = req.model,
-      messages = messages(req.messages),
+      messages = messages(req),
       stream = req.stream and true or false,
       temperature = req.temperature,
       max_tokens = req.max_tokens,

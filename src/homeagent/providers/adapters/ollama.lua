@@ -18,29 +18,57 @@ end
 
 local parse_args = openai_compat.parse_args  -- tool-call arguments as a table
 
-local function convert(messages)
-  local out, names = json.array(), {}
-  for i, m in ipairs(messages) do
-    local msg = { role = m.role, content = text_of(m.content) }
-    if m.role == "developer" then msg.role = "system" end
-    msg.images = images_of(m.content)
-    if m.role == "assistant" then
-      if type(m.reasoning_content) == "string" then msg.thinking = m.reasoning_content end
-      if m.tool_calls then
-        local calls = json.array()
-        for j, tc in ipairs(m.tool_calls) do
-          local fn = tc["function"] or {}
-          names[tc.id or ""] = fn.name
-          calls[j] = { ["function"] = { name = fn.name, arguments = parse_args(fn.arguments) } }
-        end
-        msg.tool_calls = calls
+-- Converted messages, kept across requests by their JSON text (each round of a
+-- conversation re-sends the whole history): bounded in entries and bytes.
+local cache = openai_compat.message_cache()
+local json_string = openai_compat.json_string
+
+-- One message -> an entry (the tool-call names it declares) and the Ollama message,
+-- whose JSON text becomes entry.json; a tool result gets its tool_name when assembled
+-- (it comes from an earlier message).
+local function convert_one(m)
+  local msg = { role = m.role, content = text_of(m.content) }
+  if m.role == "developer" then msg.role = "system" end
+  msg.images = images_of(m.content)
+  local e = { json = false }
+  if m.role == "assistant" then
+    if type(m.reasoning_content) == "string" then msg.thinking = m.reasoning_content end
+    if m.tool_calls then
+      local calls, names = json.array(), { n = 0 }
+      for j, tc in ipairs(m.tool_calls) do
+        local fn = tc["function"] or {}
+        names[2 * j - 1], names[2 * j], names.n = tc.id or "", fn.name, 2 * j
+        calls[j] = { ["function"] = { name = fn.name, arguments = parse_args(fn.arguments) } }
       end
-    elseif m.role == "tool" then
-      msg.tool_name = names[m.tool_call_id or ""] or m.name
+      msg.tool_calls = calls
+      e.names = names
     end
-    out[i] = msg
+  elseif m.role == "tool" then
+    e.tool_id, e.fallback, e.for_name, e.named = m.tool_call_id or "", m.name, false, false
   end
-  return out
+  return e, msg
+end
+
+local function convert(req)
+  local entries = openai_compat.each_message(req, cache, convert_one)
+  local out, names = {}, {}
+  for i = 1, #entries do
+    local e = entries[i]
+    local n = e.names
+    if n then for j = 1, n.n, 2 do names[n[j]] = n[j + 1] end end
+    local text = e.json
+    if e.tool_id then
+      local name = names[e.tool_id] or e.fallback
+      if name ~= nil then
+        if e.for_name ~= name then
+          e.for_name, e.named = name, text:sub(1, -2) .. ',"tool_name":' .. json_string(name) .. "}"
+        end
+        text = e.named
+      end
+    end
+    out[i] = text
+  end
+  return "[" .. table.concat(out, ",") .. "]"
 end
 
 local function finish(r, saw_calls)
@@ -69,7 +97,7 @@ return {
   end,
 
   transform_request = function(req)
-    local body = { model = req.model, messages = convert(req.messages), stream = req.stream and true or false }
+    local body = { model = req.model, messages = json.raw(convert(req)), stream = req.stream and true or false }
     body.tools = openai_compat.tools(req) -- passed through as text while undecoded
     local options = {}
     if req.temperature ~= nil then options.temperature = req.temperature end
