@@ -2,8 +2,9 @@
 
 Overhead = wall time of a turn minus the time the fake LLM itself takes. The
 fake LLM's time is measured by replaying, with a bare httpx client, the exact
-request bodies the turn sent (one per LLM round, same scripted answers), in
-the same run: what is left is the daemon's own work (stages, tool loop, prompt,
+request bodies the turn sent (one per LLM round, same scripted answers) right
+after the turn: overhead is taken turn by turn, so drift of a noisy machine
+cancels out. What is left is the daemon's own work (stages, tool loop, prompt,
 Lua adapter, provider manager, socket-free inject). The ratio to a bare tiny
 request is printed as well.
 
@@ -126,21 +127,28 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
                     daemon.stages.unregister_plugin("core")
                 else:
                     daemon.runner.memory, daemon.runner.prompt = full_memory, full_prompt
-                times = []
-                outside = []
-                for i in range(turns + 10):
-                    fake.script(*script())
-                    llm_time[0] = 0.0
-                    started = time.perf_counter()
-                    result = await daemon.io.inject_sync("bench", "bench", f"turn {i}")
-                    elapsed = time.perf_counter() - started
-                    assert result.ok, result.error
-                    if i >= 10:  # warm-up
-                        times.append(elapsed)
-                        outside.append(elapsed - llm_time[0])
+                times, outside, fake_times, overhead = [], [], [], []
+                async with httpx.AsyncClient() as bare_client:
+                    for i in range(turns + 10):
+                        answers = script()
+                        fake.script(*answers)
+                        llm_time[0] = 0.0
+                        started = time.perf_counter()
+                        result = await daemon.io.inject_sync("bench", "bench", f"turn {i}")
+                        elapsed = time.perf_counter() - started
+                        assert result.ok, result.error
+                        # the fake LLM's own time for this very turn: its request bodies sent again, bare
+                        bodies = [r.raw for r in fake.requests[-len(answers):]]
+                        fake_time = await replay(bare_client, fake, bodies, script())
+                        if i >= 10:  # warm-up
+                            times.append(elapsed)
+                            outside.append(elapsed - llm_time[0])
+                            fake_times.append(fake_time)
+                            overhead.append(elapsed - fake_time)
                 results[name] = times
                 results[name + " (outside the provider)"] = outside
-                results[name + " (fake LLM)"] = await replay_turn(fake, script, turns)
+                results[name + " (fake LLM)"] = fake_times
+                results[name + " (overhead)"] = overhead
             results.update(await one_round(daemon, fake, last_request[0], turns))
             return results
         finally:
@@ -172,28 +180,19 @@ async def one_round(daemon: Daemon, fake: FakeOpenAI, request: Any, turns: int) 
     return {"round: ProviderManager.run": manager, "round: bare": bare, "round: body bytes": [float(len(body))]}
 
 
-async def replay_turn(fake: FakeOpenAI, script: Any, turns: int) -> list[float]:
-    """The fake LLM's own time for a turn: its last turn's request bodies sent again by a bare client."""
-    rounds = len(script())
-    bodies = [r.raw for r in fake.requests[-rounds:]]
-    times = []
-    async with httpx.AsyncClient() as client:
-        for i in range(turns + 10):
-            answers = script()
-            total = 0.0
-            for body, answer in zip(bodies, answers, strict=True):
-                fake.script(answer)
-                started = time.perf_counter()
-                async with client.stream(
-                    "POST", fake.base_url + "/chat/completions", content=body,
-                    headers={"Content-Type": "application/json"},
-                ) as response:
-                    async for _line in response.aiter_lines():
-                        pass
-                total += time.perf_counter() - started
-            if i >= 10:
-                times.append(total)
-    return times
+async def replay(client: httpx.AsyncClient, fake: FakeOpenAI, bodies: list[bytes], answers: list[Any]) -> float:
+    """Seconds the fake LLM takes to answer these request bodies, sent by a bare client."""
+    total = 0.0
+    for body, answer in zip(bodies, answers, strict=True):
+        fake.script(answer)
+        started = time.perf_counter()
+        async with client.stream(
+            "POST", fake.base_url + "/chat/completions", content=body, headers={"Content-Type": "application/json"},
+        ) as response:
+            async for _line in response.aiter_lines():
+                pass
+        total += time.perf_counter() - started
+    return total
 
 
 def cold_start(runs: int) -> tuple[list[float], list[int]]:
@@ -258,7 +257,7 @@ async def main() -> None:
         outside = scenarios[name + " (outside the provider)"]
         fake50 = statistics.median(scenarios[name + " (fake LLM)"])
         rounds = 1 if name.startswith("0") else 2
-        overhead = [t - fake50 for t in times]
+        overhead = scenarios[name + " (overhead)"]
         print(
             f"| {name} | {rounds} | {statistics.median(times) * 1000:.2f} | {pct(times, 0.95) * 1000:.2f} | "
             f"{fake50 * 1000:.2f} | {statistics.median(overhead) * 1000:.2f} / {pct(overhead, 0.95) * 1000:.2f} | "

@@ -314,7 +314,7 @@ async def test_request_strings_survive_decode_and_encode(loader: AdapterLoader, 
     req = {"model": "m", "messages": messages, "stream": False, "thinking": False, "tools": tools}
     adapter = loader.get(name)
     ctx = adapter.context(RequestContext(model="m", stream=False, thinking=False))
-    body = await adapter.build_request(request_parts(req), ctx)
+    body = (await adapter.build_request(request_parts(req), ctx)).decode()
     doc = json.loads(body)  # strict: raw control characters would fail here
     found = strings_in(doc)
     for text in TRICKY:

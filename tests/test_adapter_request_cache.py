@@ -50,7 +50,7 @@ def request(messages: list[dict[str, Any]], *, thinking: bool = False) -> dict[s
 
 async def body(adapter: Adapter, req: dict[str, Any]) -> str:
     ctx = adapter.context(RequestContext(model="m", stream=True, thinking=bool(req.get("thinking"))))
-    return await adapter.build_request(request_parts(req), ctx)
+    return (await adapter.build_request(request_parts(req), ctx)).decode()
 
 
 async def cold_body(name: str, req: dict[str, Any]) -> str:

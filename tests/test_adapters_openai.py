@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -432,3 +433,40 @@ async def test_loader_rechecks_files_at_most_once_per_interval(user_dir: Path) -
     await asyncio.sleep(0.1)
     assert quick.get("openai").version == "8"
     assert quick.load_path(user_dir / "openai.lua").version == "8"
+
+
+SPLICING_ADAPTER = """
+return {
+  endpoint = "/chat/completions",
+  transform_request = function(req)
+    local text = json.pending(req, "messages")
+    return {model = req.model, messages = json.raw(text), again = {json.raw(text)}, tools = json.raw(json.pending(req, "tools")),
+            n = 1}
+  end,
+  transform_response = function(raw) return openai_compat.response(raw) end,
+}
+"""
+
+
+async def test_bodies_that_pass_the_history_through_are_joined_by_the_host(loader: AdapterLoader, user_dir: Path) -> None:
+    """The history and tools JSON an adapter passes through unchanged reach the body byte for byte,
+    wherever and however often the adapter puts them; small requests and huge ones (worker thread) alike."""
+    from homeagent.providers.adapter_loader import RequestContext, request_parts
+
+    write(user_dir / "splice.lua", SPLICING_ADAPTER)
+    tools = [{"type": "function", "function": {"name": f"t{i}", "description": "ü " * 200,
+                                               "parameters": {"type": "object"}}} for i in range(3)]
+    for size in (10, 2_000, 400_000):
+        messages = [{"role": "system", "content": "系统 " + "s" * size}, {"role": "user", "content": "hi \"quoted\"\n"}]
+        req = {"model": "m", "messages": messages, "stream": True, "tools": tools}
+        parts = request_parts(req)
+        for name in ("splice", "openai"):
+            adapter = loader.get(name)
+            ctx = adapter.context(RequestContext(model="m", stream=True, thinking=False))
+            body = await adapter.build_request(parts, ctx)
+            sync_body = adapter.build_request_sync(parts, ctx)
+            assert body == sync_body and parts.messages in body and parts.tools in body
+            doc = json.loads(body)
+            assert doc["messages"] == messages and doc["tools"] == tools
+            if name == "splice":
+                assert doc["again"] == [messages] and doc["n"] == 1

@@ -501,6 +501,22 @@ local function fix_utf8(s)
 end
 
 local buf, n, seen = {}, 0, {}
+-- Splicing: while the host encodes a request body, its own big texts (the request's
+-- messages and tools JSON, passed through untouched) are not copied into the output.
+-- Their places are noted in `splices` (buffer index, 1 = messages / 2 = tools) and
+-- the host, which has those texts already, joins the pieces: a 30 KB history is then
+-- neither concatenated in Lua nor converted back to Python.
+local host_a, host_b, splices = false, false, false
+local SPLICE_MIN = 256
+local function spliced(t)
+  if splices and #t >= SPLICE_MIN and (t == host_a or t == host_b) then
+    n = n + 1; buf[n] = ""
+    local k = #splices
+    splices[k + 1], splices[k + 2] = n, (t == host_a) and 1 or 2
+    return true
+  end
+  return false
+end
 local em = NOMEMO -- the memo of the request being encoded (see request_memo)
 -- Short strings known to need no escaping (keys, roles, types): a bounded cache.
 local plain, nplain = {}, 0
@@ -563,7 +579,11 @@ function enc(v, depth)
       elseif mt ~= nil then
         kind = rawget(mt, "__jsontype")
         if kind == "null" then n = n + 1; buf[n] = "null"; return end
-        if kind == "raw" then n = n + 1; buf[n] = rawget(v, 1); return end
+        if kind == "raw" then
+          local t = rawget(v, 1)
+          if not spliced(t) then n = n + 1; buf[n] = t end
+          return
+        end
         pending = rawget(mt, "__lazy")
       end
       if seen[v] then error("json.encode: cycle in table", 0) end
@@ -596,7 +616,8 @@ function enc(v, depth)
           for k, text in next, pending do
             if rawget(v, k) ~= nil then goto continue end -- replaced by the adapter
             if first then first = false else n = n + 1; buf[n] = "," end
-            buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":'; buf[n + 4] = text; n = n + 4
+            buf[n + 1] = '"'; buf[n + 2] = k; buf[n + 3] = '":'; n = n + 3
+            if not spliced(text) then n = n + 1; buf[n] = text end
             ::continue::
           end
         end
@@ -635,10 +656,24 @@ local function encode_impl(root, unchecked)
   em = request_memo or NOMEMO
   enc(root, 0)
   seen_dirty = false
-  local out = concat(buf, "", 1, n)
+  local out
+  if splices and #splices > 0 then -- pieces of text and the codes of the host's texts between them
+    out = {}
+    local from, m = 1, 0
+    for k = 1, #splices, 2 do
+      local at = splices[k]
+      local piece = concat(buf, "", from, at - 1)
+      out[m + 1], out[m + 2] = unchecked and piece or fix_utf8(piece), splices[k + 1]
+      m, from = m + 2, at + 1
+    end
+    local piece = concat(buf, "", from, n)
+    out[m + 1] = unchecked and piece or fix_utf8(piece)
+  else
+    out = concat(buf, "", 1, n)
+    if not unchecked then out = fix_utf8(out) end
+  end
   if n > 4096 then buf = {} end -- slots past n are ignored: a small buffer is reused as is
-  if unchecked then return out end
-  return fix_utf8(out)
+  return out
 end
 
 -- json.encode_each(list): the JSON text of each element, in one call (an adapter that
@@ -671,10 +706,20 @@ function json.encode(v)
 end
 
 -- unchecked: invalid UTF-8 is left in (the host validates the text; Python does it ~10x faster)
-local function encode_host(v, unchecked)
+-- a, b: the request's messages / tools JSON; where the body holds them unchanged the
+-- result is a list {text, code, text, ...} (see `splices`) instead of one string.
+local function encode_host(v, unchecked, a, b)
+  host_a, host_b, splices = a or false, b or false, (a or b) and {} or false
   local ok, s = unhooked(encode_impl, v, unchecked)
+  host_a, host_b, splices = false, false, false
   if not ok then error(s, 0) end
-  charge(32 + #s // 2)
+  local size = 0
+  if type(s) == "table" then
+    for k = 1, #s, 2 do size = size + #s[k] end
+  else
+    size = #s
+  end
+  charge(32 + size // 2)
   return s
 end
 

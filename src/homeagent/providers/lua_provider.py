@@ -68,7 +68,7 @@ class LuaAdaptedProvider:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._api_key = api_key or ""
-        self._tools_text_cache: tuple[list[dict[str, Any]], int, str] | None = None
+        self._tools_text_cache: tuple[list[dict[str, Any]], int, bytes] | None = None
         self._adapter = adapter
         self.adapter_name = adapter_name or (adapter.name if isinstance(adapter, Adapter) else "")
         self.max_concurrent = max(1, int(max_concurrent))
@@ -115,8 +115,8 @@ class LuaAdaptedProvider:
             text = text.replace(self._api_key, "***")
         return text
 
-    def _tools_text(self, tools: list[dict[str, Any]]) -> str:
-        """The tools as JSON text, kept while the caller passes the same list.
+    def _tools_text(self, tools: list[dict[str, Any]]) -> bytes:
+        """The tools as JSON (UTF-8), kept while the caller passes the same list.
 
         The turn runner hands every round of every turn the same list object
         until the tool set changes (and never mutates it), so dozens of schemas
@@ -135,7 +135,7 @@ class LuaAdaptedProvider:
         if self.context_window:
             reserve = min(request.max_tokens or 0, self.context_window // 4)
             budget = self.context_window - reserve
-            tools_text = self._tools_text(request.tools) if request.tools else ""
+            tools_text = self._tools_text(request.tools) if request.tools else b""
             messages, dropped, before, after = trim_messages(messages, budget, tools_chars=len(tools_text))
             if dropped:
                 log.warning(
@@ -160,7 +160,7 @@ class LuaAdaptedProvider:
             req["extra"] = request.extra
         return req, thinking
 
-    async def _prepare(self, request: ChatRequest, stream: bool) -> tuple[Adapter, Any, str, str, dict[str, str]]:
+    async def _prepare(self, request: ChatRequest, stream: bool) -> tuple[Adapter, Any, str, bytes, dict[str, str]]:
         adapter = self.current_adapter()
         unified, thinking = self._unified(request, stream)
         tools = unified.pop("tools", None)
@@ -192,7 +192,7 @@ class LuaAdaptedProvider:
     async def chat(self, request: ChatRequest) -> ChatResponse:
         adapter, lua_ctx, url, body, headers = await self._prepare(request, stream=False)
         try:
-            async with self.client.stream("POST", url, content=body.encode(), headers=headers, timeout=self.timeout) as resp:
+            async with self.client.stream("POST", url, content=body, headers=headers, timeout=self.timeout) as resp:
                 data = await _read_capped(resp, MAX_BODY_BYTES, self)
                 if resp.status_code >= 400:
                     raise self._http_error(resp, data)
@@ -232,7 +232,7 @@ class LuaAdaptedProvider:
             return
         complete = False
         try:
-            async with self.client.stream("POST", url, content=body.encode(), headers=headers, timeout=self.timeout) as resp:
+            async with self.client.stream("POST", url, content=body, headers=headers, timeout=self.timeout) as resp:
                 if resp.status_code >= 400:
                     data = await _read_capped(resp, 1024 * 1024, self)
                     raise self._http_error(resp, data)
