@@ -460,6 +460,11 @@ class Adapter:
     def new_stream_state(self) -> Any:
         return self.sandbox.new_table()
 
+    def parse_chunk_fast(self, line: str) -> FastResult:
+        """The host's parse of a payload (see :meth:`parse_chunk`); None when Lua must decide."""
+        fast = self._fast
+        return None if fast is None else fast(line)
+
     async def parse_chunk(self, line: str, state: Any, lua_ctx: Any) -> ParsedChunk | None:
         """One stream payload -> a chunk. With a ``stream_format`` the host parses the
         ordinary, stateless chunks natively (same result as the built-in Lua parser of

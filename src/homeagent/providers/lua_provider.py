@@ -21,7 +21,14 @@ from typing import Any
 
 import httpx
 
-from homeagent.providers.adapter_loader import Adapter, AdapterError, ParsedChunk, RequestContext, request_parts
+from homeagent.providers.adapter_loader import (
+    NO_CHUNK,
+    Adapter,
+    AdapterError,
+    ParsedChunk,
+    RequestContext,
+    request_parts,
+)
 from homeagent.providers.base import (
     ChatRequest,
     ChatResponse,
@@ -236,16 +243,25 @@ class LuaAdaptedProvider:
                 if resp.status_code >= 400:
                     data = await _read_capped(resp, 1024 * 1024, self)
                     raise self._http_error(resp, data)
-                state = adapter.new_stream_state()
+                state = None  # the Lua parser's table for this stream, made when first needed
                 payloads = _payloads(resp, self)
                 async for line in payloads:
-                    try:
-                        parsed = await adapter.parse_chunk(line, state, lua_ctx)
-                    except AdapterError as exc:
-                        detail = f" (line starts {line[:120]!r})" if exc.kind == "bad_response" else ""
-                        raise self._err(f"{exc}{detail}", exc.kind) from None
-                    if parsed is None:
+                    fast = adapter.parse_chunk_fast(line)  # the ordinary chunks, without a Lua call
+                    if fast is NO_CHUNK:
                         continue
+                    if fast is not None:
+                        parsed = fast
+                    else:
+                        if state is None:
+                            state = adapter.new_stream_state()
+                        try:
+                            lua_parsed = await adapter.parse_chunk_lua(line, state, lua_ctx)
+                        except AdapterError as exc:
+                            detail = f" (line starts {line[:120]!r})" if exc.kind == "bad_response" else ""
+                            raise self._err(f"{exc}{detail}", exc.kind) from None
+                        if lua_parsed is None:
+                            continue
+                        parsed = lua_parsed
                     if parsed.error:
                         raise self._err(parsed.error, parsed.error_kind or "server", status=resp.status_code)
                     if parsed.finish_reason or parsed.done:
