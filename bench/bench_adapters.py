@@ -395,6 +395,11 @@ CHUNKS = {
                                       "model": "gpt", "choices": [{"index": 0, "delta": {"tool_calls": [
                                           {"index": 1, "function": {"arguments": "{\"q\": \"cats"}}]},
                                           "finish_reason": None}]}),
+    "usage (ends every stream)": json.dumps({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                                             "model": "gpt", "choices": [], "usage": {
+                                                 "prompt_tokens": 1200, "completion_tokens": 80, "total_tokens": 1280,
+                                                 "prompt_tokens_details": {"cached_tokens": 1024},
+                                                 "completion_tokens_details": {"reasoning_tokens": 0}}}),
     "[DONE]": "[DONE]",
 }
 

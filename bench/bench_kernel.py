@@ -5,8 +5,10 @@ fake LLM's time is measured by replaying, with a bare httpx client, the exact
 request bodies the turn sent (one per LLM round, same scripted answers) right
 after the turn: overhead is taken turn by turn, so drift of a noisy machine
 cancels out. What is left is the daemon's own work (stages, tool loop, prompt,
-Lua adapter, provider manager, socket-free inject). The ratio to a bare tiny
-request is printed as well.
+Lua adapter, provider manager, socket-free inject). The CPU column is the same
+difference in process CPU time (daemon, fake server and bare client share this
+process), which time stolen by a busy host does not inflate. The ratio to a bare
+tiny request is printed as well.
 
     .venv/bin/python -m bench.bench_kernel [--turns 200]
 """
@@ -127,28 +129,34 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
                     daemon.stages.unregister_plugin("core")
                 else:
                     daemon.runner.memory, daemon.runner.prompt = full_memory, full_prompt
-                times, outside, fake_times, overhead = [], [], [], []
+                times, outside, fake_times, overhead, cpu_overhead = [], [], [], [], []
                 async with httpx.AsyncClient() as bare_client:
                     for i in range(turns + 10):
                         answers = script()
                         fake.script(*answers)
                         llm_time[0] = 0.0
+                        cpu = time.process_time()
                         started = time.perf_counter()
                         result = await daemon.io.inject_sync("bench", "bench", f"turn {i}")
                         elapsed = time.perf_counter() - started
+                        cpu_turn = time.process_time() - cpu
                         assert result.ok, result.error
                         # the fake LLM's own time for this very turn: its request bodies sent again, bare
                         bodies = [r.raw for r in fake.requests[-len(answers):]]
+                        cpu = time.process_time()
                         fake_time = await replay(bare_client, fake, bodies, script())
+                        cpu_fake = time.process_time() - cpu
                         if i >= 10:  # warm-up
                             times.append(elapsed)
                             outside.append(elapsed - llm_time[0])
                             fake_times.append(fake_time)
                             overhead.append(elapsed - fake_time)
+                            cpu_overhead.append(cpu_turn - cpu_fake)
                 results[name] = times
                 results[name + " (outside the provider)"] = outside
                 results[name + " (fake LLM)"] = fake_times
                 results[name + " (overhead)"] = overhead
+                results[name + " (CPU overhead)"] = cpu_overhead
             results.update(await one_round(daemon, fake, last_request[0], turns))
             return results
         finally:
@@ -249,8 +257,9 @@ async def main() -> None:
           f"{(statistics.median(round_run) - statistics.median(round_bare)) * 1000:.2f} ms per round")
     print()
     print("| turn (7 stages x 3 handlers) | LLM rounds | turn p50 ms | turn p95 ms | fake LLM p50 ms "
-          "| **overhead p50 / p95 ms** | outside the provider p50 / p95 ms | turn / bare tiny request |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| **overhead p50 / p95 ms** | CPU overhead p50 ms | outside the provider p50 / p95 ms "
+          "| turn / bare tiny request |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, times in scenarios.items():
         if name.endswith(")"):
             continue
@@ -261,6 +270,7 @@ async def main() -> None:
         print(
             f"| {name} | {rounds} | {statistics.median(times) * 1000:.2f} | {pct(times, 0.95) * 1000:.2f} | "
             f"{fake50 * 1000:.2f} | {statistics.median(overhead) * 1000:.2f} / {pct(overhead, 0.95) * 1000:.2f} | "
+            f"{statistics.median(scenarios[name + ' (CPU overhead)']) * 1000:.2f} | "
             f"{statistics.median(outside) * 1000:.2f} / {pct(outside, 0.95) * 1000:.2f} | "
             f"{statistics.median(times) / base50:.1f}x |"
         )

@@ -55,12 +55,26 @@ ProviderRun = Callable[..., Coroutine[Any, Any, ChatResponse]]
 
 @dataclass
 class TurnSettings:
-    """Live settings, read at the start of every turn."""
+    """Live settings, read at the start of every turn (a change applies from the next turn)."""
 
     max_tool_turns: Callable[[], int] = lambda: 10
     tool_timeout: Callable[[], float] = lambda: 120.0
     temperature: Callable[[], float | None] = lambda: None
     max_tokens: Callable[[], int | None] = lambda: None
+
+    def read(self) -> TurnValues:
+        return TurnValues(max(1, int(self.max_tool_turns())), float(self.tool_timeout()), self.temperature(),
+                          self.max_tokens())
+
+
+@dataclass(frozen=True)
+class TurnValues:
+    """The settings one turn runs with."""
+
+    max_tool_turns: int = 10
+    tool_timeout: float = 120.0
+    temperature: float | None = None
+    max_tokens: int | None = None
 
 
 @dataclass
@@ -96,6 +110,7 @@ class _Turn:
     usage: dict[str, int] = field(default_factory=dict)
     source: str = ""
     rounds: int = 0
+    values: TurnValues = field(default_factory=TurnValues)
 
     async def frame(self, frame: dict[str, Any]) -> None:
         sink = self.message.sink
@@ -170,6 +185,7 @@ class TurnRunner:
         return await self._end(ctx, turn, final)
 
     async def _pipeline(self, ctx: StageContext, turn: _Turn) -> str:
+        turn.values = self.settings.read()
         if await self.stages.run(Stage.ON_INPUT, ctx):
             return ctx.response or ""
         user_text = ctx.raw_message
@@ -202,7 +218,7 @@ class TurnRunner:
     async def _tool_loop(
         self, ctx: StageContext, turn: _Turn, messages: list[dict[str, Any]], openai_tools: list[dict[str, Any]]
     ) -> str:
-        limit = max(1, int(self.settings.max_tool_turns()))
+        limit = turn.values.max_tool_turns
         for round_no in range(limit + 1):
             last_round = round_no == limit
             if last_round:
@@ -260,8 +276,8 @@ class TurnRunner:
             request = ChatRequest(
                 messages=messages,
                 tools=tools,
-                temperature=self.settings.temperature(),
-                max_tokens=self.settings.max_tokens(),
+                temperature=turn.values.temperature,
+                max_tokens=turn.values.max_tokens,
             )
 
             async def on_chunk(chunk: StreamChunk) -> None:
@@ -339,7 +355,7 @@ class TurnRunner:
                 result={"isError": True, "content": f"tool call denied: {call.deny_reason or 'by a stage handler'}"},
             )
         else:
-            result = await self.tools.execute(call, timeout=float(self.settings.tool_timeout()))
+            result = await self.tools.execute(call, timeout=turn.values.tool_timeout)
         call_ctx.tool_result = result
         if await self.stages.run(Stage.AFTER_TOOLCALL, call_ctx):
             ctx.response = call_ctx.response
