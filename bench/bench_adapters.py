@@ -2,9 +2,9 @@
 
     .venv/bin/python bench/bench_adapters.py [--quick]
 
-Per request: unified request dict -> JSON body text (Lua: json.dumps + decode,
+Per request: unified request dict -> JSON body text (Lua: orjson + decode,
 transform_request, encode in Lua; Python: the same OpenAI transform on dicts +
-json.dumps; the other adapters against the same transform written in Python, both
+orjson; the other adapters against the same transform written in Python, both
 sides caching the tools conversion by the tools JSON text). The per-adapter rows are
 tool loops, each timed twice: ``cold`` (a request never seen: every message converted)
 and ``round`` (the conversation's earlier requests were sent: the Lua adapters reuse the
@@ -26,6 +26,8 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+import orjson
 
 from homeagent.providers.adapter_loader import Adapter, AdapterLoader, RequestContext, request_parts
 
@@ -85,10 +87,12 @@ def py_openai_request(req: dict[str, Any]) -> str:
         body["max_tokens"] = req["max_tokens"]
     if req.get("stream"):
         body["stream_options"] = {"include_usage": True}
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return _DUMPS(body)
 
 
-_DUMPS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+def _DUMPS(value: Any) -> str:
+    """The serialiser of both sides: the host's (orjson)."""
+    return orjson.dumps(value).decode()
 
 
 def _text_of(content: Any) -> str:
@@ -537,7 +541,7 @@ async def main() -> None:
 
     print()
     print("per adapter, per request (Lua: request_parts + build_request, as the daemon does; Python: the same")
-    print("transform written in Python on the dict + json.dumps). The requests are tool loops: system, user,")
+    print("transform written in Python on the dict + orjson, the host's serialiser). The requests are tool loops: system, user,")
     print("then tool call + result pairs up to 20 messages (typical, 5 tools) or 60 (large, 30 tools).")
     print("Tools conversion cached by the tools JSON text on both sides; the Lua adapters also keep each")
     print("converted message by its JSON text, the Python ports keep no messages.")
