@@ -208,6 +208,48 @@ function M.inner(array_text)
   return array_text:sub(2, -2)
 end
 
+-- Builds a JSON array of turns from content lists kept as JSON text; consecutive lists
+-- of one role merge into one turn. `open` maps a role to its turn's text up to the list
+-- ('{"role":"user","content":'). t:add(role, list), t:raw(turn_text), t:empty(), t:text().
+function M.turns(open)
+  local out, no = { "[" }, 1
+  local role, lists, nl = nil, {}, 0
+  local function flush()
+    if no > 1 then no = no + 1; out[no] = "," end
+    out[no + 1] = open[role]
+    if nl == 1 then
+      out[no + 2] = lists[1]
+    else
+      for k = 1, nl do lists[k] = M.inner(lists[k]) end
+      out[no + 2] = "[" .. table.concat(lists, ",", 1, nl) .. "]"
+    end
+    out[no + 3] = "}"
+    no = no + 3
+    role = nil
+  end
+  local t = {}
+  function t.add(_, r, list)
+    if r ~= role then
+      if role then flush() end
+      role, nl = r, 0
+    end
+    nl = nl + 1
+    lists[nl] = list
+  end
+  function t.raw(_, text)
+    if role then flush() end
+    if no > 1 then no = no + 1; out[no] = "," end
+    no = no + 1
+    out[no] = text
+  end
+  function t.empty() return no == 1 and role == nil end
+  function t.text()
+    if role then flush() end
+    return table.concat(out, "", 1, no) .. "]"
+  end
+  return t
+end
+
 -- A string as JSON text; plain names (letters, digits, _ - .) without an encoder call.
 function M.json_string(s)
   if type(s) == "string" and s:find("^[A-Za-z0-9_%-%.]*$") then return '"' .. s .. '"' end

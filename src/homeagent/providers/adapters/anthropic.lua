@@ -32,7 +32,6 @@ local function user_blocks(content)
 end
 
 local parse_args = openai_compat.parse_args  -- tool-call arguments as a table
-local inner = openai_compat.inner
 
 -- Converted messages, kept across requests by their JSON text (each round of a
 -- conversation re-sends the whole history): bounded in entries and bytes.
@@ -98,20 +97,7 @@ local TURN = { user = '{"role":"user","content":', assistant = '{"role":"assista
 -- system text and messages (JSON text); consecutive turns of the same role are merged.
 local function convert(entries, thinking)
   local system = {}
-  local out, no = { "[" }, 1
-  local role, lists, nl = nil, {}, 0
-  local function flush()
-    if no > 1 then no = no + 1; out[no] = "," end
-    out[no + 1] = TURN[role]
-    if nl == 1 then
-      out[no + 2] = lists[1]
-    else
-      for k = 1, nl do lists[k] = inner(lists[k]) end
-      out[no + 2] = "[" .. table.concat(lists, ",", 1, nl) .. "]"
-    end
-    out[no + 3] = "}"
-    no = no + 3
-  end
+  local turns = openai_compat.turns(TURN)
   for i = 1, #entries do
     local e = entries[i]
     if e.system then
@@ -119,21 +105,14 @@ local function convert(entries, thinking)
     else
       local list = blocks_of(e, thinking)
       if list then
-        if e.role ~= role then
-          if role then flush() end
-          if role == nil and e.role ~= "user" then -- the conversation must open with a user turn
-            out[2], no = '{"role":"user","content":[{"type":"text","text":"(continued)"}]}', 2
-          end
-          role, nl = e.role, 0
+        if turns:empty() and e.role ~= "user" then -- the conversation must open with a user turn
+          turns:raw('{"role":"user","content":[{"type":"text","text":"(continued)"}]}')
         end
-        nl = nl + 1
-        lists[nl] = list
+        turns:add(e.role, list)
       end
     end
   end
-  if role then flush() end
-  out[no + 1] = "]"
-  return table.concat(system, "\n\n"), table.concat(out)
+  return table.concat(system, "\n\n"), turns:text()
 end
 
 -- Tool schemas pass through as JSON text: decoded with their "parameters" kept raw.

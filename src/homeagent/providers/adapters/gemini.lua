@@ -80,7 +80,7 @@ local function tools_json(req)
 end
 
 local parse_args = openai_compat.parse_args  -- tool-call arguments as a table
-local inner, json_string = openai_compat.inner, openai_compat.json_string
+local json_string = openai_compat.json_string
 
 -- Converted messages, kept across requests by their JSON text (each round of a
 -- conversation re-sends the whole history): bounded in entries and bytes.
@@ -129,20 +129,7 @@ local TURN = { user = '{"role":"user","parts":', model = '{"role":"model","parts
 local function convert(req)
   local entries = openai_compat.each_message(req, cache, convert_one)
   local system, names = {}, {}
-  local out, no = { "[" }, 1
-  local role, lists, nl = nil, {}, 0
-  local function flush()
-    if no > 1 then no = no + 1; out[no] = "," end
-    out[no + 1] = TURN[role]
-    if nl == 1 then
-      out[no + 2] = lists[1]
-    else
-      for k = 1, nl do lists[k] = inner(lists[k]) end
-      out[no + 2] = "[" .. table.concat(lists, ",", 1, nl) .. "]"
-    end
-    out[no + 3] = "}"
-    no = no + 3
-  end
+  local turns = openai_compat.turns(TURN)
   for i = 1, #entries do
     local e = entries[i]
     local n = e.names
@@ -155,19 +142,10 @@ local function convert(req)
     elseif e.role then
       list = e.json
     end
-    if list then
-      if e.role ~= role then
-        if role then flush() end
-        role, nl = e.role, 0
-      end
-      nl = nl + 1
-      lists[nl] = list
-    end
+    if list then turns:add(e.role, list) end
   end
-  if role then flush() end
-  out[no + 1] = "]"
   local instruction = #system > 0 and ('{"parts":[' .. table.concat(system, ",") .. "]}") or nil
-  return instruction, table.concat(out)
+  return instruction, turns:text()
 end
 
 local FINISH = { STOP = "stop", MAX_TOKENS = "length", SAFETY = "content_filter", RECITATION = "content_filter",
