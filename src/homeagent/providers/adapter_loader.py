@@ -805,7 +805,6 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")  # the Lua decoder rejects NaN/Infinity too
 
 
-_CHUNK_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # stateless
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _MAX_INDEX = 2**53  # beyond this a Lua number is a float
 
@@ -824,8 +823,8 @@ def openai_chunk_fast(line: str) -> ParsedChunk | None:
     if line == "[DONE]":
         return ParsedChunk(done=True)
     try:
-        doc = _CHUNK_DECODER.decode(line)
-    except (ValueError, RecursionError):
+        doc = orjson.loads(line)  # 3-4x the json module; rejects what the sandbox reads otherwise (NaN, lone surrogates)
+    except orjson.JSONDecodeError:
         return None
     if type(doc) is not dict:
         return None
@@ -978,10 +977,9 @@ _CHUNK_DECODER_STRICT = json.JSONDecoder(parse_constant=_no_constant, object_pai
 def _chunk_doc(line: str) -> dict[str, Any] | None:
     """``line`` as a JSON object read exactly like the sandbox reads it, or None (decline)."""
     # Duplicate keys read differently only when a later one is null; they are checked then.
-    decoder = _CHUNK_DECODER_STRICT if "null" in line else _CHUNK_DECODER
     try:
-        doc = decoder.decode(line)
-    except (ValueError, RecursionError):
+        doc = _CHUNK_DECODER_STRICT.decode(line) if "null" in line else orjson.loads(line)
+    except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
         return None
     return doc if type(doc) is dict else None
 
