@@ -11,7 +11,7 @@ and ``round`` (the conversation's earlier requests were sent: the Lua adapters r
 messages they converted then, keyed by each message's JSON text; the Python ports keep
 nothing). Per response: raw body ->
 content/usage/tool calls. Per stream chunk: one SSE data payload -> a chunk (Lua: the
-adapter via the harness; Python: json.loads + field picking). Built-in adapters
+adapter via the harness; Python: orjson.loads + field picking). Built-in adapters
 declare a ``stream_format``: their plain delta chunks are parsed by the host
 (``openai_chunk_fast`` & co.), the rest by Lua. Everything runs on one event loop, as
 in the daemon; both sides are timed in the same run.
@@ -356,7 +356,7 @@ def py_mistral_request(req: dict[str, Any]) -> str:
 
 
 def py_openai_response(raw: str) -> tuple[Any, ...]:
-    r = json.loads(raw)
+    r = orjson.loads(raw)
     choice = r["choices"][0]
     msg = choice.get("message") or {}
     u = r.get("usage") or {}
@@ -370,7 +370,7 @@ def py_openai_response(raw: str) -> tuple[Any, ...]:
 def py_openai_chunk(line: str) -> tuple[Any, ...] | None:
     if line == "[DONE]":
         return ("done",)
-    r = json.loads(line)
+    r = orjson.loads(line)
     choice = (r.get("choices") or [None])[0]
     if choice is None:
         return ("usage", r.get("usage"))
@@ -584,7 +584,7 @@ async def main() -> None:
             return await adapter.parse_chunk(line, st, actx)
 
         lua_us = await timeit(chunk, 4000 * scale, True)
-        py_us = await timeit(lambda line=line: json.loads(line), 4000 * scale, False)
+        py_us = await timeit(lambda line=line: orjson.loads(line), 4000 * scale, False)
         print(f"{name + ' chunk content delta':<38} {len(line):>7} {lua_us:>9.1f} {py_us:>10.1f} {lua_us / py_us:>6.1f} "
               f"{lua_us - py_us:>12.1f}")
 
