@@ -470,3 +470,21 @@ async def test_bodies_that_pass_the_history_through_are_joined_by_the_host(loade
             assert doc["messages"] == messages and doc["tools"] == tools
             if name == "splice":
                 assert doc["again"] == [messages] and doc["n"] == 1
+
+
+async def test_a_request_json_cannot_hold_is_refused_before_sending(loader: AdapterLoader,
+                                                                    client: httpx.AsyncClient) -> None:
+    """A lone surrogate or a non-JSON value in the history gives one clear client error; nothing is sent,
+    and the same provider answers the next, valid request."""
+    async with FakeOpenAI() as fake:
+        fake.default_turn = Turn.text("fine")
+        p = make(fake.base_url, loader, client, "openai")
+        for bad in ("half an emoji \udcff", {1, 2}, 2**70):
+            with pytest.raises(ProviderError) as info:
+                await collect(p, ChatRequest(messages=[{"role": "user", "content": bad}]))
+            assert info.value.kind == "client" and "not JSON-serialisable" in str(info.value)
+        assert fake.requests == []
+        # NaN has no JSON form either: it becomes null, i.e. the setting is left out and the request goes
+        await p.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], temperature=float("nan")))
+        assert "temperature" not in fake.requests[-1].body
+        assert (await p.chat(req())).content == "fine"
