@@ -816,9 +816,9 @@ def openai_chunk_fast(line: str) -> ParsedChunk | None:
     common chunks (content, reasoning, tool-call deltas, finish reason, ``[DONE]``,
     usage in OpenAI's own shape). Declines, so the adapter's Lua runs instead, for
     anything else: other usage shapes, error chunks, content given as parts, values
-    of unexpected types, text that
-    Python's JSON reads differently from the sandbox's (invalid JSON, NaN,
-    lone surrogate escapes). Duplicate keys are the one case not detected.
+    of unexpected types, text orjson reads differently from the sandbox (invalid
+    JSON, NaN, lone surrogate escapes: orjson refuses them). Duplicate keys are the
+    one case not detected.
     """
     if line == "[DONE]":
         return ParsedChunk(done=True)
@@ -854,7 +854,7 @@ def openai_chunk_fast(line: str) -> ParsedChunk | None:
     if d is None:
         d = choice.get("message")
     if d is None:
-        return None if "\\u" in line and _has_surrogate(out) else out
+        return out
     if type(d) is not dict:
         return None
     content = d.get("content")
@@ -906,9 +906,7 @@ def openai_chunk_fast(line: str) -> ParsedChunk | None:
             elif type(args) is not str:
                 return None
             deltas.append((index, cid, name, args))
-    if "\\u" in line and _has_surrogate(out):
-        return None  # the sandbox turns lone surrogates into U+FFFD; Python keeps them
-    return out
+    return out  # no lone surrogates: orjson refused them (the sandbox would make them U+FFFD)
 
 
 _USAGE_TOP = frozenset({"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details",
