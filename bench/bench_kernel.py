@@ -1,16 +1,22 @@
 """Kernel overhead per turn, daemon cold start and idle RSS.
 
 Overhead = wall time of a turn minus the time the fake LLM itself takes. The
-fake LLM's time is measured by replaying, with a bare httpx client, the exact
+fake LLM's time is measured by replaying, with a bare aiohttp client (the
+providers' own client stack, so its cost is not counted as overhead), the exact
 request bodies the turn sent (one per LLM round, same scripted answers) right
 after the turn: overhead is taken turn by turn, so drift of a noisy machine
 cancels out. What is left is the daemon's own work (stages, tool loop, prompt,
 Lua adapter, provider manager, socket-free inject). The CPU column is the same
-difference in process CPU time (daemon, fake server and bare client share this
-process), which time stolen by a busy host does not inflate. The ratio to a bare
-tiny request is printed as well.
+difference in this process's CPU time (daemon and bare client), which time
+stolen by a busy host does not inflate. The ratio to a bare tiny request is
+printed as well.
 
-    .venv/bin/python -m bench.bench_kernel [--turns 200]
+The fake LLM runs in its own process, as a real API runs on its own machine: its
+work overlaps the daemon's. ``--fake-in-process`` puts it on the daemon's event
+loop instead (how earlier runs measured); the two take turns there, and the
+overhead then also holds that scheduling.
+
+    .venv/bin/python -m bench.bench_kernel [--turns 200] [--fake-in-process]
 """
 
 from __future__ import annotations
@@ -27,13 +33,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
+from bench.fake_llm_proc import LocalFake, RemoteFake, fake_llm
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
 from homeagent.providers.base import ChatRequest
 from homeagent.sdk.types import Stage, StageContext, ToolDef
-from tests.fakes.llm_openai import FakeOpenAI, Turn
+from tests.fakes.llm_openai import Turn
+
+Fake = LocalFake | RemoteFake
 
 
 def pct(values: list[float], q: float) -> float:
@@ -41,7 +51,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def bare_requests(fake: FakeOpenAI, n: int) -> list[float]:
+async def bare_requests(fake: Fake, n: int) -> list[float]:
     body = {
         "model": "gpt-fake",
         "stream": True,
@@ -50,7 +60,7 @@ async def bare_requests(fake: FakeOpenAI, n: int) -> list[float]:
     times = []
     async with httpx.AsyncClient() as client:
         for _ in range(n):
-            fake.script(Turn.text("ok"))
+            await fake.script(Turn.text("ok"))
             started = time.perf_counter()
             async with client.stream("POST", fake.base_url + "/chat/completions", json=body) as response:
                 async for _line in response.aiter_lines():
@@ -59,7 +69,7 @@ async def bare_requests(fake: FakeOpenAI, n: int) -> list[float]:
     return times
 
 
-async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
+async def kernel_turns(fake: Fake, turns: int) -> dict[str, list[float]]:
     os.environ.update(
         HOMEAGENT_LLM_BASE_URL=fake.base_url, HOMEAGENT_LLM_API_KEY="sk-bench-000000", HOMEAGENT_LLM_MODEL="gpt-fake"
     )
@@ -91,7 +101,7 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
             provider_times = []
             request = ChatRequest(messages=[{"role": "system", "content": "x" * 2000}, {"role": "user", "content": "hi"}])
             for i in range(turns + 10):
-                fake.script(Turn.text("ok"))
+                await fake.script(Turn.text("ok"))
                 started = time.perf_counter()
                 await daemon.llm.manager.run(request, lambda chunk: None)
                 if i >= 10:
@@ -130,10 +140,10 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
                 else:
                     daemon.runner.memory, daemon.runner.prompt = full_memory, full_prompt
                 times, outside, fake_times, overhead, cpu_overhead = [], [], [], [], []
-                async with httpx.AsyncClient() as bare_client:
+                async with aiohttp.ClientSession() as bare_client:
                     for i in range(turns + 10):
                         answers = script()
-                        fake.script(*answers)
+                        await fake.script(*answers)
                         llm_time[0] = 0.0
                         cpu = time.process_time()
                         started = time.perf_counter()
@@ -142,10 +152,8 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
                         cpu_turn = time.process_time() - cpu
                         assert result.ok, result.error
                         # the fake LLM's own time for this very turn: its request bodies sent again, bare
-                        bodies = [r.raw for r in fake.requests[-len(answers):]]
-                        cpu = time.process_time()
-                        fake_time = await replay(bare_client, fake, bodies, script())
-                        cpu_fake = time.process_time() - cpu
+                        bodies = await fake.bodies(len(answers))
+                        fake_time, cpu_fake = await replay(bare_client, fake, bodies, script())
                         if i >= 10:  # warm-up
                             times.append(elapsed)
                             outside.append(elapsed - llm_time[0])
@@ -163,44 +171,60 @@ async def kernel_turns(fake: FakeOpenAI, turns: int) -> dict[str, list[float]]:
             await daemon.stop()
 
 
-async def one_round(daemon: Daemon, fake: FakeOpenAI, request: Any, turns: int) -> dict[str, list[float]]:
+async def send_bare(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
+    """Seconds for one streamed request with a bare aiohttp client (the daemon's own client stack)."""
+    started = time.perf_counter()
+    async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+        async for _piece in response.content.iter_any():
+            pass
+    return time.perf_counter() - started
+
+
+async def send_bare_httpx(client: httpx.AsyncClient, url: str, body: bytes) -> float:
+    started = time.perf_counter()
+    async with client.stream("POST", url, content=body, headers={"Content-Type": "application/json"}) as response:
+        async for _line in response.aiter_lines():
+            pass
+    return time.perf_counter() - started
+
+
+async def one_round(daemon: Daemon, fake: Fake, request: Any, turns: int) -> dict[str, list[float]]:
     """One LLM round with the last turn's final request: ProviderManager.run against the same body sent bare."""
     run = daemon.llm.manager.run
-    fake.script(Turn.text("done"))
+    await fake.script(Turn.text("done"))
     await run(request, None)
-    body = fake.requests[-1].raw
-    manager, bare = [], []
-    async with httpx.AsyncClient() as client:
-        for i in range(turns + 10):  # interleaved, so both see the same machine
-            fake.script(Turn.text("done"))
+    (body,) = await fake.bodies(1)
+    url = fake.base_url + "/chat/completions"
+    manager, bare, bare_httpx = [], [], []
+    async with aiohttp.ClientSession() as session, httpx.AsyncClient() as client:
+        for i in range(turns + 10):  # interleaved, so all three see the same machine
+            await fake.script(Turn.text("done"))
             started = time.perf_counter()
             await run(request, lambda chunk: None)
             took = time.perf_counter() - started
-            fake.script(Turn.text("done"))
-            started = time.perf_counter()
-            async with client.stream("POST", fake.base_url + "/chat/completions", content=body,
-                                     headers={"Content-Type": "application/json"}) as response:
-                async for _line in response.aiter_lines():
-                    pass
+            await fake.script(Turn.text("done"))
+            plain = await send_bare(session, url, body)
+            await fake.script(Turn.text("done"))
+            plain_httpx = await send_bare_httpx(client, url, body)
             if i >= 10:
                 manager.append(took)
-                bare.append(time.perf_counter() - started)
-    return {"round: ProviderManager.run": manager, "round: bare": bare, "round: body bytes": [float(len(body))]}
+                bare.append(plain)
+                bare_httpx.append(plain_httpx)
+    return {"round: ProviderManager.run": manager, "round: bare": bare, "round: bare httpx": bare_httpx,
+            "round: body bytes": [float(len(body))]}
 
 
-async def replay(client: httpx.AsyncClient, fake: FakeOpenAI, bodies: list[bytes], answers: list[Any]) -> float:
-    """Seconds the fake LLM takes to answer these request bodies, sent by a bare client."""
-    total = 0.0
+async def replay(
+    session: aiohttp.ClientSession, fake: Fake, bodies: list[bytes], answers: list[Any]
+) -> tuple[float, float]:
+    """Seconds (wall, this process's CPU) the fake LLM takes to answer these request bodies, sent bare."""
+    total = cpu = 0.0
     for body, answer in zip(bodies, answers, strict=True):
-        fake.script(answer)
-        started = time.perf_counter()
-        async with client.stream(
-            "POST", fake.base_url + "/chat/completions", content=body, headers={"Content-Type": "application/json"},
-        ) as response:
-            async for _line in response.aiter_lines():
-                pass
-        total += time.perf_counter() - started
-    return total
+        await fake.script(answer)
+        started = time.process_time()
+        total += await send_bare(session, fake.base_url + "/chat/completions", body)
+        cpu += time.process_time() - started
+    return total, cpu
 
 
 def timed_reference() -> float:
@@ -249,24 +273,31 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=200)
     parser.add_argument("--cold", type=int, default=5)
+    parser.add_argument("--fake-in-process", action="store_true",
+                        help="run the fake LLM on the daemon's event loop (how runs before 2026-12-03 measured)")
     args = parser.parse_args()
-    async with FakeOpenAI() as fake:
+    async with fake_llm(not args.fake_in_process) as fake:
         baseline = await bare_requests(fake, args.turns)
         scenarios = await kernel_turns(fake, args.turns)
     base50 = statistics.median(baseline)
     reference = min(timed_reference() for _ in range(5))
+    where = "on the daemon's event loop" if args.fake_in_process else "in its own process"
+    print(f"fake LLM: {where}")
     print(f"machine: pure-Python reference loop {reference * 1000:.1f} ms (compare runs by it); "
           "the turn and the fake LLM slow down together, so overhead / fake LLM time is the steadier figure")
     print(f"bare httpx streaming request to the fake LLM: p50 {base50 * 1000:.2f} ms, p95 {pct(baseline, 0.95) * 1000:.2f} ms")
     print()
     provider50 = statistics.median(scenarios.pop("provider.run only"))
-    print(f"ProviderManager.run (Lua adapter + httpx) to the same server: p50 {provider50 * 1000:.2f} ms")
+    print(f"ProviderManager.run (Lua adapter + aiohttp) to the same server: p50 {provider50 * 1000:.2f} ms")
     round_run, round_bare = scenarios.pop("round: ProviderManager.run"), scenarios.pop("round: bare")
+    round_httpx = scenarios.pop("round: bare httpx")
     size = int(scenarios.pop("round: body bytes")[0])
     print(f"one LLM round with a turn's real request ({size} bytes, the daemon's tools included): "
           f"ProviderManager.run p50 {statistics.median(round_run) * 1000:.2f} ms, the same body sent bare "
           f"{statistics.median(round_bare) * 1000:.2f} ms: the provider adds "
           f"{(statistics.median(round_run) - statistics.median(round_bare)) * 1000:.2f} ms per round")
+    print(f"the same body sent bare with httpx (the providers' client before 2026-12-03): "
+          f"{statistics.median(round_httpx) * 1000:.2f} ms")
     print()
     print("| turn (7 stages x 3 handlers) | LLM rounds | turn p50 ms | turn p95 ms | fake LLM p50 ms "
           "| **overhead p50 / p95 ms** | overhead / fake LLM | CPU overhead p50 ms | outside the provider p50 / p95 ms "

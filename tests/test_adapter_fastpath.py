@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 from homeagent.providers.adapter_loader import (
@@ -267,12 +267,12 @@ async def test_unknown_stream_format_is_rejected_with_the_file_name(loader: Adap
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=False) as c:
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as c:
         yield c
 
 
-async def test_streamed_reply_over_http_with_the_fast_path(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_streamed_reply_over_http_with_the_fast_path(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI(prefix="") as fake:
         fake.script(Turn.text("the quick brown fox", chunks=4))
         provider = LuaAdaptedProvider("src", fake.base_url, "sk-test", "m-1", lambda: loader.get("openai"),

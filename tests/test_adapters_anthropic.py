@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 from homeagent.providers.adapter_loader import AdapterLoader
@@ -20,12 +20,12 @@ TOOLS = [{"type": "function", "function": {"name": "get_time", "description": "n
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=False) as c:  # plain http only; skips loading CA certificates
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as c:
         yield c
 
 
-def make(fake: FakeAnthropic, client: httpx.AsyncClient, **kw: Any) -> LuaAdaptedProvider:
+def make(fake: FakeAnthropic, client: aiohttp.ClientSession, **kw: Any) -> LuaAdaptedProvider:
     loader = AdapterLoader()
     return LuaAdaptedProvider("claude", fake.base_url, KEY, "claude-test", lambda: loader.get("anthropic"),
                               http_client=client, adapter_name="anthropic", **kw)
@@ -43,7 +43,7 @@ HISTORY: list[dict[str, Any]] = [
 ]
 
 
-async def test_request_shape(client: httpx.AsyncClient) -> None:
+async def test_request_shape(client: aiohttp.ClientSession) -> None:
     async with FakeAnthropic() as fake:
         fake.script(Turn.text("noon"))
         resp = await make(fake, client).chat(ChatRequest(messages=HISTORY, tools=TOOLS, tool_choice="required",
@@ -69,7 +69,7 @@ async def test_request_shape(client: httpx.AsyncClient) -> None:
         assert results[1]["content"] == "(no output)"
 
 
-async def test_non_streaming_blocks_and_usage(client: httpx.AsyncClient) -> None:
+async def test_non_streaming_blocks_and_usage(client: aiohttp.ClientSession) -> None:
     async with FakeAnthropic() as fake:
         fake.script(Turn.tool_calls([("get_time", {"tz": "UTC"})], text="let me see", reasoning="hmm",
                                     usage={"prompt": 50, "completion": 12, "cached": 30}))
@@ -80,7 +80,7 @@ async def test_non_streaming_blocks_and_usage(client: httpx.AsyncClient) -> None
         assert resp.usage.to_dict() == {"prompt": 50, "completion": 12, "total": 62, "cache_read": 30, "reasoning": 0}
 
 
-async def test_streaming_text_thinking_and_parallel_tools(client: httpx.AsyncClient) -> None:
+async def test_streaming_text_thinking_and_parallel_tools(client: aiohttp.ClientSession) -> None:
     async with FakeAnthropic() as fake:
         fake.script(Turn.tool_calls([("get_time", {"tz": "UTC"}), ("get_time", {"tz": "Asia/Shanghai"})],
                                     text="two lookups", reasoning="need both", fragments=3, chunks=3,
@@ -100,7 +100,7 @@ async def test_streaming_text_thinking_and_parallel_tools(client: httpx.AsyncCli
         assert "temperature" not in body
 
 
-async def test_thinking_is_left_off_when_the_signed_block_is_missing(client: httpx.AsyncClient) -> None:
+async def test_thinking_is_left_off_when_the_signed_block_is_missing(client: aiohttp.ClientSession) -> None:
     async with FakeAnthropic() as fake:
         fake.script(Turn.text("ok"))
         await make(fake, client).chat(ChatRequest(messages=HISTORY, thinking=True))
@@ -115,7 +115,7 @@ async def test_thinking_is_left_off_when_the_signed_block_is_missing(client: htt
     (Turn.cut_after(3), "network"),
     (Turn(content="abc", chunks=3, end_early=4), "network"),
 ])
-async def test_errors(client: httpx.AsyncClient, turn: Turn, kind: str) -> None:
+async def test_errors(client: aiohttp.ClientSession, turn: Turn, kind: str) -> None:
     async with FakeAnthropic() as fake:
         fake.script(turn)
         with pytest.raises(ProviderError) as info:
@@ -126,7 +126,7 @@ async def test_errors(client: httpx.AsyncClient, turn: Turn, kind: str) -> None:
             assert info.value.retry_after == 12
 
 
-async def test_error_event_mid_stream(client: httpx.AsyncClient) -> None:
+async def test_error_event_mid_stream(client: aiohttp.ClientSession) -> None:
     async with FakeAnthropic() as fake:
         fake.script(Turn(content="x", body=None))
         orig = fake.events

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 from homeagent.providers.adapter_loader import AdapterLoader
@@ -24,12 +24,12 @@ TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "fin
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=False) as c:  # plain http only; skips loading CA certificates
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as c:
         yield c
 
 
-def make(fake: FakeGemini, client: httpx.AsyncClient, **kw: Any) -> LuaAdaptedProvider:
+def make(fake: FakeGemini, client: aiohttp.ClientSession, **kw: Any) -> LuaAdaptedProvider:
     loader = AdapterLoader()
     return LuaAdaptedProvider("gem", fake.base_url, KEY, "gemini-test", lambda: loader.get("gemini"),
                               http_client=client, adapter_name="gemini", **kw)
@@ -44,7 +44,7 @@ HISTORY: list[dict[str, Any]] = [
 ]
 
 
-async def test_request_shape_and_non_streaming(client: httpx.AsyncClient) -> None:
+async def test_request_shape_and_non_streaming(client: aiohttp.ClientSession) -> None:
     async with FakeGemini() as fake:
         fake.script(Turn.text("three cats", reasoning="counting", usage={"prompt": 30, "completion": 10,
                                                                          "cached": 5, "reasoning": 4}))
@@ -69,7 +69,7 @@ async def test_request_shape_and_non_streaming(client: httpx.AsyncClient) -> Non
                                             "thinkingConfig": {"includeThoughts": True}}
 
 
-async def test_streaming_with_parallel_function_calls(client: httpx.AsyncClient) -> None:
+async def test_streaming_with_parallel_function_calls(client: aiohttp.ClientSession) -> None:
     async with FakeGemini() as fake:
         fake.script(Turn.tool_calls([("lookup", {"q": "a"}), ("lookup", {"q": "b"})], text="searching",
                                     reasoning="two queries", chunks=2))
@@ -81,7 +81,7 @@ async def test_streaming_with_parallel_function_calls(client: httpx.AsyncClient)
         assert resp.finish_reason == "tool_calls"
 
 
-async def test_non_streaming_calls_get_ids(client: httpx.AsyncClient) -> None:
+async def test_non_streaming_calls_get_ids(client: aiohttp.ClientSession) -> None:
     async with FakeGemini() as fake:
         fake.script(Turn.tool_calls([("lookup", {"q": "a"}), ("lookup", {"q": "b"})]))
         resp = await make(fake, client).chat(ChatRequest(messages=HISTORY[:2], tools=TOOLS))
@@ -98,7 +98,7 @@ async def test_non_streaming_calls_get_ids(client: httpx.AsyncClient) -> None:
     (Turn.cut_after(1, chunks=4), "network"),
     (Turn(content="abcd", chunks=4, end_early=2), "network"),
 ])
-async def test_errors(client: httpx.AsyncClient, turn: Turn, kind: str) -> None:
+async def test_errors(client: aiohttp.ClientSession, turn: Turn, kind: str) -> None:
     async with FakeGemini() as fake:
         fake.script(turn)
         with pytest.raises(ProviderError) as info:

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 from homeagent.providers.adapter_loader import AdapterLoader
@@ -18,12 +18,12 @@ from tests.fakes.llm_ollama import FakeOllama, Turn
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=False) as c:  # plain http only; skips loading CA certificates
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as c:
         yield c
 
 
-def make(fake: FakeOllama, client: httpx.AsyncClient, key: str = "", **kw: Any) -> LuaAdaptedProvider:
+def make(fake: FakeOllama, client: aiohttp.ClientSession, key: str = "", **kw: Any) -> LuaAdaptedProvider:
     loader = AdapterLoader()
     return LuaAdaptedProvider("local", fake.base_url, key, "llama-test", lambda: loader.get("ollama"),
                               http_client=client, adapter_name="ollama", **kw)
@@ -38,7 +38,7 @@ HISTORY: list[dict[str, Any]] = [
 ]
 
 
-async def test_request_shape_and_non_streaming(client: httpx.AsyncClient) -> None:
+async def test_request_shape_and_non_streaming(client: aiohttp.ClientSession) -> None:
     async with FakeOllama() as fake:
         fake.script(Turn.text("it is 3", reasoning="simple", usage={"prompt": 12, "completion": 4}))
         resp = await make(fake, client).chat(ChatRequest(messages=HISTORY, temperature=0.3, max_tokens=64,
@@ -55,7 +55,7 @@ async def test_request_shape_and_non_streaming(client: httpx.AsyncClient) -> Non
         assert body["messages"][3] == {"role": "tool", "content": "3", "tool_name": "add"}
 
 
-async def test_ndjson_stream_with_tool_calls(client: httpx.AsyncClient) -> None:
+async def test_ndjson_stream_with_tool_calls(client: aiohttp.ClientSession) -> None:
     async with FakeOllama() as fake:
         fake.script(Turn.tool_calls([("add", {"a": 1, "b": 2}), ("add", {"a": 5, "b": 5})], text="calling",
                                     reasoning="think", chunks=3))
@@ -75,7 +75,7 @@ async def test_ndjson_stream_with_tool_calls(client: httpx.AsyncClient) -> None:
     (Turn.cut_after(2, chunks=5), "network"),
     (Turn(content="abcd", chunks=4, end_early=2), "network"),
 ])
-async def test_errors(client: httpx.AsyncClient, turn: Turn, kind: str) -> None:
+async def test_errors(client: aiohttp.ClientSession, turn: Turn, kind: str) -> None:
     async with FakeOllama() as fake:
         fake.script(turn)
         with pytest.raises(ProviderError) as info:
@@ -86,7 +86,7 @@ async def test_errors(client: httpx.AsyncClient, turn: Turn, kind: str) -> None:
             assert "model not found" in str(info.value)
 
 
-async def test_detect_local_ollama(client: httpx.AsyncClient, tmp_path: Path) -> None:
+async def test_detect_local_ollama(client: aiohttp.ClientSession, tmp_path: Path) -> None:
     loader = AdapterLoader()
     async with FakeOllama(models=["qwen-fake:7b", "other"]) as fake:
         fake.script(Turn.text("hello from ollama"))

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -23,8 +23,8 @@ KEY = "sk-adapter-test-key-42"
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=False) as c:  # plain http only; skips loading CA certificates
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as c:
         yield c
 
 
@@ -40,7 +40,7 @@ def loader(user_dir: Path) -> AdapterLoader:
     return AdapterLoader(user_dir=user_dir)
 
 
-def make(base_url: str, loader: AdapterLoader, client: httpx.AsyncClient, adapter: str, name: str = "src",
+def make(base_url: str, loader: AdapterLoader, client: aiohttp.ClientSession, adapter: str, name: str = "src",
          model: str = "m-1", **kw: Any) -> LuaAdaptedProvider:
     return LuaAdaptedProvider(name, base_url, KEY, model, lambda: loader.get(adapter), http_client=client,
                               adapter_name=adapter, **kw)
@@ -55,7 +55,7 @@ async def collect(p: LuaAdaptedProvider, request: ChatRequest) -> list[StreamChu
 
 
 # ------------------------------------------------------------------- deepseek
-async def test_deepseek_usage_cache_and_reasoning(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_deepseek_usage_cache_and_reasoning(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI(prefix="", flavor="deepseek") as fake:
         fake.script(
             Turn.text("answer", chunks=2, reasoning="thinking hard",
@@ -74,7 +74,7 @@ async def test_deepseek_usage_cache_and_reasoning(loader: AdapterLoader, client:
 
 
 async def test_deepseek_reasoning_content_only_inside_the_tool_loop(loader: AdapterLoader,
-                                                                    client: httpx.AsyncClient) -> None:
+                                                                    client: aiohttp.ClientSession) -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "t", "arguments": "{}"}}
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "old question"},
@@ -98,7 +98,7 @@ async def test_deepseek_reasoning_content_only_inside_the_tool_loop(loader: Adap
 
 
 async def test_openai_reasoning_models_use_max_completion_tokens(loader: AdapterLoader,
-                                                                 client: httpx.AsyncClient) -> None:
+                                                                 client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.default_turn = Turn.text("ok")
         await make(fake.base_url, loader, client, "openai", model="o3-mini").chat(req(max_tokens=50, temperature=0.3))
@@ -108,7 +108,7 @@ async def test_openai_reasoning_models_use_max_completion_tokens(loader: Adapter
         assert second["max_tokens"] == 50 and second["temperature"] == 0.3
 
 
-async def test_extra_fields_are_forwarded(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_extra_fields_are_forwarded(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.default_turn = Turn.text("ok")
         await make(fake.base_url, loader, client, "openai").chat(req(extra={"response_format": {"type": "json_object"},
@@ -120,7 +120,7 @@ async def test_extra_fields_are_forwarded(loader: AdapterLoader, client: httpx.A
 @pytest.mark.parametrize(("adapter", "path"), [("mistral", "/v1/chat/completions"), ("groq", "/openai/v1/chat/completions"),
                                                ("github", "/chat/completions"), ("kimi", "/v1/chat/completions"),
                                                ("server", "/chat/completions")])
-async def test_openai_compatible_adapters_stream_tool_calls(loader: AdapterLoader, client: httpx.AsyncClient,
+async def test_openai_compatible_adapters_stream_tool_calls(loader: AdapterLoader, client: aiohttp.ClientSession,
                                                             adapter: str, path: str) -> None:
     async with FakeOpenAI(prefix="") as fake:
         fake.script(Turn.tool_calls([("get_time", {"tz": "UTC"}), ("add", {"a": 1})], text="calling",
@@ -139,7 +139,7 @@ async def test_openai_compatible_adapters_stream_tool_calls(loader: AdapterLoade
             assert whole.usage.cache_read == 4
 
 
-async def test_mistral_tool_call_ids_are_nine_characters(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_mistral_tool_call_ids_are_nine_characters(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     call = {"id": "call_abcdefghijklmnop", "type": "function", "function": {"name": "t", "arguments": "{}"}}
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "tool_calls": [call]},
                 {"role": "tool", "tool_call_id": "call_abcdefghijklmnop", "content": "r"}]
@@ -154,7 +154,7 @@ async def test_mistral_tool_call_ids_are_nine_characters(loader: AdapterLoader, 
         assert sent["tool_choice"] == "any"
 
 
-async def test_kimi_strips_and_server_keeps_disable_thinking(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_kimi_strips_and_server_keeps_disable_thinking(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     messages = [{"role": "user", "content": "q"},
                 {"role": "assistant", "content": "a", "reasoning_content": "r"},
                 {"role": "user", "content": "q2"}]
@@ -189,7 +189,7 @@ def write(path: Path, text: str) -> None:
 
 
 async def test_user_adapter_overrides_builtin_and_reloads(loader: AdapterLoader, user_dir: Path,
-                                                          client: httpx.AsyncClient) -> None:
+                                                          client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.default_turn = Turn.text("ok")
         p = make(fake.base_url, loader, client, "openai")
@@ -236,7 +236,7 @@ BROKEN = {
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 async def test_broken_user_adapter_is_rejected_while_others_work(case: str, loader: AdapterLoader, user_dir: Path,
-                                                                 client: httpx.AsyncClient) -> None:
+                                                                 client: aiohttp.ClientSession) -> None:
     source, where = BROKEN[case]
     write(user_dir / "broken.lua", source)
     async with FakeOpenAI() as bad, FakeOpenAI() as good:
@@ -256,7 +256,7 @@ async def test_broken_user_adapter_is_rejected_while_others_work(case: str, load
 
 
 async def test_wrong_chunk_shape_names_the_function(loader: AdapterLoader, user_dir: Path,
-                                                    client: httpx.AsyncClient) -> None:
+                                                    client: aiohttp.ClientSession) -> None:
     write(user_dir / "broken.lua", BROKEN["shape"][0])
     async with FakeOpenAI() as fake:
         fake.default_turn = Turn.text("x")
@@ -268,7 +268,7 @@ async def test_wrong_chunk_shape_names_the_function(loader: AdapterLoader, user_
         assert "transform_stream_chunk" in text and "broken.lua:7" in text and "content" in text
 
 
-async def test_broken_file_recovers_when_fixed(loader: AdapterLoader, user_dir: Path, client: httpx.AsyncClient) -> None:
+async def test_broken_file_recovers_when_fixed(loader: AdapterLoader, user_dir: Path, client: aiohttp.ClientSession) -> None:
     path = user_dir / "mine.lua"
     write(path, BROKEN["syntax"][0])
     with pytest.raises(AdapterError, match=r"mine\.lua:3"):
@@ -280,7 +280,7 @@ async def test_broken_file_recovers_when_fixed(loader: AdapterLoader, user_dir: 
 
 
 async def test_adapter_headers_can_fetch_a_token(loader: AdapterLoader, user_dir: Path,
-                                                 client: httpx.AsyncClient) -> None:
+                                                 client: aiohttp.ClientSession) -> None:
     async def token(request: web.Request) -> web.Response:
         await asyncio.sleep(0.05)
         return web.json_response({"token": "tok-" + (await request.json())["key"][-2:]})
@@ -329,7 +329,7 @@ def test_loader_lists_builtin_adapters(loader: AdapterLoader) -> None:
 
 
 async def test_adapters_see_every_request_field(loader: AdapterLoader, user_dir: Path,
-                                               client: httpx.AsyncClient) -> None:
+                                               client: aiohttp.ClientSession) -> None:
     """messages/tools decode lazily; an adapter that copies the request with pairs() still gets them."""
     write(user_dir / "copyall.lua", """
 return {
@@ -381,7 +381,7 @@ return {
 
 
 async def test_from_scratch_adapter_of_the_docs(loader: AdapterLoader, user_dir: Path,
-                                                client: httpx.AsyncClient) -> None:
+                                                client: aiohttp.ClientSession) -> None:
     write(user_dir / "plain.lua", PLAIN)
 
     async def generate(request: web.Request) -> web.StreamResponse:
@@ -473,7 +473,7 @@ async def test_bodies_that_pass_the_history_through_are_joined_by_the_host(loade
 
 
 async def test_a_request_json_cannot_hold_is_refused_before_sending(loader: AdapterLoader,
-                                                                    client: httpx.AsyncClient) -> None:
+                                                                    client: aiohttp.ClientSession) -> None:
     """A lone surrogate or a non-JSON value in the history gives one clear client error; nothing is sent,
     and the same provider answers the next, valid request."""
     async with FakeOpenAI() as fake:

@@ -7,7 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
+import aiohttp
 import pytest
 from aiohttp import web
 
@@ -58,12 +58,12 @@ class SSEServer:
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=False) as c:
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as c:
         yield c
 
 
-def provider(base_url: str, client: httpx.AsyncClient, tmp_path: Path) -> LuaAdaptedProvider:
+def provider(base_url: str, client: aiohttp.ClientSession, tmp_path: Path) -> LuaAdaptedProvider:
     loader = AdapterLoader(user_dir=tmp_path)
     return LuaAdaptedProvider("src", base_url, "sk-conn-test", "m-1", lambda: loader.get("openai"),
                               http_client=client, adapter_name="openai")
@@ -74,7 +74,7 @@ async def reply(p: LuaAdaptedProvider) -> str:
     return "".join([c.content async for c in p.chat_stream(request)])
 
 
-async def test_streamed_calls_reuse_one_connection(client: httpx.AsyncClient, tmp_path: Path) -> None:
+async def test_streamed_calls_reuse_one_connection(client: aiohttp.ClientSession, tmp_path: Path) -> None:
     async with SSEServer() as server:
         p = provider(server.base_url, client, tmp_path)
         assert [await reply(p) for _ in range(5)] == ["hello"] * 5
@@ -83,7 +83,7 @@ async def test_streamed_calls_reuse_one_connection(client: httpx.AsyncClient, tm
 
 
 async def test_a_server_lingering_after_its_end_marker_does_not_hold_the_reply(
-    client: httpx.AsyncClient, tmp_path: Path
+    client: aiohttp.ClientSession, tmp_path: Path
 ) -> None:
     async with SSEServer(linger_after_done=1.5) as server:
         p = provider(server.base_url, client, tmp_path)

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 import pytest
 
 from homeagent.providers.adapter_loader import AdapterLoader
@@ -30,8 +30,8 @@ KEY = "sk-test-SECRET-0123456789"
 
 
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(verify=False) as c:  # plain http only; skips loading CA certificates
+async def client() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as c:
         yield c
 
 
@@ -45,7 +45,7 @@ def loader(tmp_path: Path) -> AdapterLoader:
 def provider(
     fake: FakeOpenAI,
     loader: AdapterLoader,
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     name: str = "a",
     adapter: str = "openai",
     **kw: Any,
@@ -79,7 +79,7 @@ TOOLS = [
 
 
 # --------------------------------------------------------------------- provider
-async def test_chat_non_streaming_sends_openai_request(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_chat_non_streaming_sends_openai_request(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.script(Turn.text("hello there", usage={"prompt": 20, "completion": 5, "cached": 8}))
         p = provider(fake, loader, client)
@@ -97,7 +97,7 @@ async def test_chat_non_streaming_sends_openai_request(loader: AdapterLoader, cl
         assert sent.body["tool_choice"] == "auto"
 
 
-async def test_streaming_text_reasoning_and_usage(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_streaming_text_reasoning_and_usage(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.script(
             Turn.text(
@@ -118,7 +118,7 @@ async def test_streaming_text_reasoning_and_usage(loader: AdapterLoader, client:
         assert fake.requests[0].body["stream_options"] == {"include_usage": True}
 
 
-async def test_parallel_tool_calls_with_fragmented_arguments(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_parallel_tool_calls_with_fragmented_arguments(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.script(Turn.tool_calls([("get_time", {"tz": "UTC"}), ("add", {"a": 1, "b": [2, 3]})], fragments=4))
         manager = ProviderManager([provider(fake, loader, client)])
@@ -136,7 +136,7 @@ async def test_parallel_tool_calls_with_fragmented_arguments(loader: AdapterLoad
         assert sum(len(c.tool_calls) for c in deltas) >= 8  # fragments really arrived one by one
 
 
-async def test_non_streaming_tool_calls(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_non_streaming_tool_calls(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.script(Turn.tool_calls([("get_time", {"tz": "UTC"}), ("broken", "{not json")]))
         resp = await provider(fake, loader, client).chat(req(tools=TOOLS))
@@ -160,7 +160,7 @@ async def test_non_streaming_tool_calls(loader: AdapterLoader, client: httpx.Asy
 )
 @pytest.mark.parametrize("stream", [True, False])
 async def test_error_classes(
-    loader: AdapterLoader, client: httpx.AsyncClient, turn: Turn, kind: str, status: int | None, stream: bool
+    loader: AdapterLoader, client: aiohttp.ClientSession, turn: Turn, kind: str, status: int | None, stream: bool
 ) -> None:
     if not stream and (turn.cut_at is not None or turn.end_early is not None):
         pytest.skip("stream-only failure")
@@ -186,7 +186,7 @@ async def test_error_classes(
             assert "bad key" in str(err)
 
 
-async def test_connect_error_is_network(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_connect_error_is_network(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -199,7 +199,7 @@ async def test_connect_error_is_network(loader: AdapterLoader, client: httpx.Asy
     assert info.value.kind == "network"
 
 
-async def test_read_timeout_is_timeout(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_read_timeout_is_timeout(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.script(Turn.text("late", first_delay=1.0), Turn.text("late", delay=1.0))
         p = provider(fake, loader, client, timeout=0.2)
@@ -223,7 +223,7 @@ def test_retry_after_parsing() -> None:
     assert parse_retry_after({"Retry-After": "999999"}) == 3600
 
 
-async def test_cancelling_the_consumer_closes_the_stream(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_cancelling_the_consumer_closes_the_stream(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as fake:
         fake.script(Turn.slow("word " * 100, chunks=100, delay=0.05))
         manager = ProviderManager([provider(fake, loader, client)])
@@ -240,7 +240,7 @@ async def test_cancelling_the_consumer_closes_the_stream(loader: AdapterLoader, 
 
 
 # ---------------------------------------------------------------------- manager
-async def test_fallback_to_second_source_before_output(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_fallback_to_second_source_before_output(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         one.script(Turn.error(500))
         two.script(Turn.text("from two", chunks=2))
@@ -253,7 +253,7 @@ async def test_fallback_to_second_source_before_output(loader: AdapterLoader, cl
         assert states == {"one": "cooldown", "two": "ok"}
 
 
-async def test_no_fallback_after_output_started(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_no_fallback_after_output_started(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         one.script(Turn.cut_after(3, text="half an answer that is cut", chunks=6))
         two.script(Turn.text("should not be used"))
@@ -266,7 +266,7 @@ async def test_no_fallback_after_output_started(loader: AdapterLoader, client: h
         assert not two.requests
 
 
-async def test_no_fallback_after_a_tool_call_fragment(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_no_fallback_after_a_tool_call_fragment(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         one.script(Turn(calls=[("get_time", {"tz": "UTC"})], cut_at=2))
         manager = ProviderManager([provider(one, loader, client, "one"), provider(two, loader, client, "two")])
@@ -275,7 +275,7 @@ async def test_no_fallback_after_a_tool_call_fragment(loader: AdapterLoader, cli
         assert not two.requests
 
 
-async def test_auth_failure_disables_until_reconfigured(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_auth_failure_disables_until_reconfigured(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         one.script(Turn.error(401))
         two.default_turn = Turn.text("ok")
@@ -304,7 +304,7 @@ async def test_auth_failure_disables_until_reconfigured(loader: AdapterLoader, c
         assert (await manager.run(req())).source == "one"
 
 
-async def test_all_failed_names_every_attempt(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_all_failed_names_every_attempt(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         one.script(Turn.error(429, retry_after=30, message="slow down"))
         two.script(Turn.error(401, message="nope"))
@@ -318,7 +318,7 @@ async def test_all_failed_names_every_attempt(loader: AdapterLoader, client: htt
         assert resp.source == "one"
 
 
-async def test_cooldown_honours_retry_after(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_cooldown_honours_retry_after(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     now = [1000.0]
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         one.script(Turn.error(429, retry_after=30))
@@ -341,7 +341,7 @@ async def test_cooldown_honours_retry_after(loader: AdapterLoader, client: httpx
         assert manager.current_source() == "one"
 
 
-async def test_backoff_grows_without_retry_after(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_backoff_grows_without_retry_after(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     now = [0.0]
     async with FakeOpenAI() as one:
         one.default_turn = Turn.error(500)
@@ -354,7 +354,7 @@ async def test_backoff_grows_without_retry_after(loader: AdapterLoader, client: 
         assert waits == [2.0, 4.0, 8.0, 16.0]
 
 
-async def test_set_source_and_listing(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_set_source_and_listing(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         two.script(Turn.text("chosen"))
         manager = ProviderManager(
@@ -372,7 +372,7 @@ async def test_set_source_and_listing(loader: AdapterLoader, client: httpx.Async
         assert KEY not in repr(listing) and KEY not in repr(manager.provider("one"))
 
 
-async def test_priority_orders_sources(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_priority_orders_sources(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         two.script(Turn.text("high"))
         manager = ProviderManager(
@@ -395,7 +395,7 @@ class Offline:
         yield StreamChunk(content="hello", finish_reason="stop")
 
 
-async def test_plain_provider_as_last_fallback(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_plain_provider_as_last_fallback(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one:
         one.script(Turn.error(503), Turn.error(503))
         manager = ProviderManager([provider(one, loader, client, "one")], fallback=Offline())
@@ -409,7 +409,7 @@ async def test_plain_provider_as_last_fallback(loader: AdapterLoader, client: ht
         assert [s.name for s in manager.list_sources()] == ["offline"]
 
 
-async def test_max_concurrent_limits_parallel_requests(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_max_concurrent_limits_parallel_requests(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one:
         one.default_turn = Turn.text("x", chunks=1, first_delay=0.15)
         manager = ProviderManager([provider(one, loader, client, "one", max_concurrent=1)])
@@ -420,7 +420,7 @@ async def test_max_concurrent_limits_parallel_requests(loader: AdapterLoader, cl
         assert gaps >= 0.14
 
 
-async def test_consumer_errors_propagate_unchanged(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_consumer_errors_propagate_unchanged(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one, FakeOpenAI() as two:
         one.script(Turn.text("abc", chunks=3))
         manager = ProviderManager([provider(one, loader, client, "one"), provider(two, loader, client, "two")])
@@ -434,7 +434,7 @@ async def test_consumer_errors_propagate_unchanged(loader: AdapterLoader, client
         assert manager.list_sources()[0].state == "ok"
 
 
-async def test_non_stream_mode_emits_one_chunk(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_non_stream_mode_emits_one_chunk(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one:
         one.script(Turn.text("whole answer", reasoning="why"))
         manager = ProviderManager([provider(one, loader, client, "one")])
@@ -486,7 +486,7 @@ def test_trim_keeps_system_last_user_and_tool_pairs() -> None:
 
 
 async def test_provider_trims_to_context_window(
-    loader: AdapterLoader, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+    loader: AdapterLoader, client: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
     async with FakeOpenAI() as one:
@@ -602,7 +602,7 @@ def test_broken_registry_never_raises(loader: AdapterLoader) -> None:
     assert providers == [] and notes == []
 
 
-async def test_disabled_source_is_named_as_skipped(loader: AdapterLoader, client: httpx.AsyncClient) -> None:
+async def test_disabled_source_is_named_as_skipped(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
     async with FakeOpenAI() as one:
         one.script(Turn.error(401, message="invalid key"))
         manager = ProviderManager([provider(one, loader, client, "one")])

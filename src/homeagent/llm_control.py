@@ -22,6 +22,7 @@ from homeagent.config import ConfigRegistry
 from homeagent.paths import DataPaths
 from homeagent.providers.adapter_loader import AdapterLoader
 from homeagent.providers.base import ChatRequest, ProviderError
+from homeagent.providers.http import SharedSession
 from homeagent.providers.manager import ProviderManager
 from homeagent.providers.offline import OfflineProvider
 from homeagent.providers.sources import build_sources
@@ -38,6 +39,7 @@ class LLMControl:
         self.env = env if env is not None else os.environ
         self.http = httpx.AsyncClient(timeout=httpx.Timeout(120.0, connect=10.0))
         self.adapters = AdapterLoader(BUILTIN_ADAPTERS, paths.adapters, http_client=self.http, recheck_seconds=1.0)
+        self.llm_http = SharedSession()  # the providers' own client (aiohttp: see providers/http.py)
         self.offline = OfflineProvider()
         self.manager = ProviderManager(fallback=self.offline)
         self.notes: list[str] = []
@@ -48,7 +50,8 @@ class LLMControl:
         return cls(config, paths)
 
     async def start(self) -> None:
-        """Nothing to wait for today; kept so the daemon's start order reads uniformly."""
+        """Load the providers' CA bundle off the event loop."""
+        await self.llm_http.start()
 
     def rebuild(self) -> None:
         providers, notes = build_sources(
@@ -56,7 +59,7 @@ class LLMControl:
             self.config.list,
             self.env,
             self.adapters,
-            self.http,
+            self.llm_http,
         )
         preferred = str(self.config.get("core.llm.provider") or "")
         known = {p.name for p in providers} | {self.offline.name}
@@ -111,3 +114,4 @@ class LLMControl:
 
     async def close(self) -> None:
         await self.http.aclose()
+        await self.llm_http.aclose()

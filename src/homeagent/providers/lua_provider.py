@@ -1,4 +1,4 @@
-"""The provider: HTTP in Python (httpx, streaming), wire-format transforms in a Lua adapter.
+"""The provider: HTTP in Python (aiohttp, streaming), wire-format transforms in a Lua adapter.
 
 Lua runs inline on the event loop: a transform costs microseconds and is
 bounded by the sandbox's instruction budget (see docs/adapters.md for the
@@ -16,10 +16,10 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-import httpx
+import aiohttp
 
 from homeagent.providers.adapter_loader import (
     NO_CHUNK,
@@ -37,6 +37,14 @@ from homeagent.providers.base import (
     ToolCallDelta,
     Usage,
     parse_tool_call,
+)
+from homeagent.providers.http import (
+    TRANSPORT_ERRORS,
+    SharedSession,
+    describe_transport_error,
+    new_session,
+    proxy_for,
+    request_timeout,
 )
 
 __all__ = ["LuaAdaptedProvider", "estimate_tokens", "parse_retry_after", "trim_messages"]
@@ -62,7 +70,7 @@ class LuaAdaptedProvider:
         model: str,
         adapter: Adapter | Callable[[], Adapter],
         *,
-        http_client: httpx.AsyncClient | None = None,
+        http_client: aiohttp.ClientSession | SharedSession | None = None,
         adapter_name: str = "",
         max_concurrent: int = 8,
         priority: int = 0,
@@ -82,9 +90,10 @@ class LuaAdaptedProvider:
         self.priority = int(priority)
         self.context_window = max(0, int(context_window))
         self.thinking_enabled = bool(thinking_enabled)
-        self.timeout = httpx.Timeout(timeout, connect=connect_timeout)
-        self._client = http_client
-        self._own_client: httpx.AsyncClient | None = None
+        self.timeout = request_timeout(timeout, connect_timeout)
+        self._shared = http_client
+        self._own_session: aiohttp.ClientSession | None = None
+        self._proxy = proxy_for(self.base_url)
         key_digest = hashlib.sha256(self._api_key.encode()).hexdigest()[:16]
         self.fingerprint = "|".join(
             [self.base_url, model, self.adapter_name, key_digest, str(self.thinking_enabled),
@@ -96,22 +105,20 @@ class LuaAdaptedProvider:
 
     # ------------------------------------------------------------------ helpers
     @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is not None:
-            return self._client
-        if self._own_client is None:
-            self._own_client = httpx.AsyncClient(timeout=self.timeout)
-        return self._own_client
-
-    def _timeout_arg(self) -> dict[str, Any]:
-        """``timeout=`` for a request, left out when the client has that timeout already
-        (httpx spends ~40 µs a request on an explicit one)."""
-        return {} if self.client.timeout == self.timeout else {"timeout": self.timeout}
+    def session(self) -> aiohttp.ClientSession:
+        shared = self._shared
+        if isinstance(shared, SharedSession):
+            return shared.get()
+        if shared is not None:
+            return shared
+        if self._own_session is None or self._own_session.closed:
+            self._own_session = new_session()
+        return self._own_session
 
     async def aclose(self) -> None:
-        if self._own_client is not None:
-            await self._own_client.aclose()
-            self._own_client = None
+        if self._own_session is not None:
+            await self._own_session.close()
+            self._own_session = None
 
     def current_adapter(self) -> Adapter:
         try:
@@ -204,20 +211,21 @@ class LuaAdaptedProvider:
     async def chat(self, request: ChatRequest) -> ChatResponse:
         adapter, lua_ctx, url, body, headers = await self._prepare(request, stream=False)
         try:
-            async with self.client.stream("POST", url, content=body, headers=headers, **self._timeout_arg()) as resp:
+            async with self.session.post(url, data=body, headers=headers, timeout=self.timeout,
+                                         proxy=self._proxy) as resp:
                 data = await _read_capped(resp, MAX_BODY_BYTES, self)
-                if resp.status_code >= 400:
+                if resp.status >= 400:
                     raise self._http_error(resp, data)
         except ProviderError:
             raise
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise self._transport_error(exc) from None
         raw = data.decode("utf-8", errors="replace")
         try:
             parsed = await adapter.parse_response(raw, lua_ctx)
         except AdapterError as exc:
             kind = exc.kind
-            raise self._err(f"{exc} (HTTP {resp.status_code}, body starts {raw[:120]!r})"
+            raise self._err(f"{exc} (HTTP {resp.status}, body starts {raw[:120]!r})"
                             if kind == "bad_response" else str(exc), kind) from None
         if parsed.error:
             raise self._err(parsed.error, parsed.error_kind or "server")
@@ -244,8 +252,9 @@ class LuaAdaptedProvider:
             return
         complete = False
         try:
-            async with self.client.stream("POST", url, content=body, headers=headers, **self._timeout_arg()) as resp:
-                if resp.status_code >= 400:
+            async with self.session.post(url, data=body, headers=headers, timeout=self.timeout,
+                                         proxy=self._proxy) as resp:
+                if resp.status >= 400:
                     data = await _read_capped(resp, 1024 * 1024, self)
                     raise self._http_error(resp, data)
                 state = None  # the Lua parser's table for this stream, made when first needed
@@ -268,7 +277,7 @@ class LuaAdaptedProvider:
                             continue
                         parsed = lua_parsed
                     if parsed.error:
-                        raise self._err(parsed.error, parsed.error_kind or "server", status=resp.status_code)
+                        raise self._err(parsed.error, parsed.error_kind or "server", status=resp.status)
                     if parsed.finish_reason or parsed.done:
                         complete = True
                     chunk = _to_chunk(parsed)
@@ -279,15 +288,15 @@ class LuaAdaptedProvider:
                         break
         except ProviderError:
             raise
-        except httpx.HTTPError as exc:
+        except TRANSPORT_ERRORS as exc:
             raise self._transport_error(exc) from None
         if not complete:
             raise self._err("stream ended early (no finish marker from the server)", "network")
 
     # ------------------------------------------------------------------ errors
-    def _http_error(self, resp: httpx.Response, data: bytes) -> ProviderError:
-        status = resp.status_code
-        message = _error_message(data) or resp.reason_phrase or "error"
+    def _http_error(self, resp: aiohttp.ClientResponse, data: bytes) -> ProviderError:
+        status = resp.status
+        message = _error_message(data) or resp.reason or "error"
         retry_after = parse_retry_after(resp.headers)
         if status in (401, 403):
             kind = "auth"
@@ -301,15 +310,9 @@ class LuaAdaptedProvider:
             kind = "client"
         return self._err(message, kind, status=status, retry_after=retry_after)
 
-    def _transport_error(self, exc: httpx.HTTPError) -> ProviderError:
-        text = str(exc) or type(exc).__name__
-        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
-            return self._err(f"cannot connect to {self.base_url}: {text}", "network")
-        if isinstance(exc, httpx.TimeoutException):
-            return self._err(f"timed out ({type(exc).__name__}): {text}", "timeout")
-        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError | httpx.NetworkError):
-            return self._err(f"connection failed: {text}", "network")
-        return self._err(f"HTTP error: {text}", "network")
+    def _transport_error(self, exc: BaseException) -> ProviderError:
+        message, kind = describe_transport_error(exc, self.base_url)
+        return self._err(message, kind)
 
 
 def _whole_as_chunk(response: ChatResponse) -> StreamChunk:
@@ -337,13 +340,13 @@ def _usage(values: tuple[int, int, int, int, int] | None) -> Usage:
     return Usage(prompt=p, completion=c, total=t or p + c, cache_read=cr, reasoning=rs)
 
 
-async def _read_capped(resp: httpx.Response, cap: int, provider: LuaAdaptedProvider) -> bytes:
+async def _read_capped(resp: aiohttp.ClientResponse, cap: int, provider: LuaAdaptedProvider) -> bytes:
     parts: list[bytes] = []
     size = 0
-    async for piece in resp.aiter_bytes():
+    async for piece in resp.content.iter_any():
         size += len(piece)
         if size > cap:
-            raise provider._err(f"response larger than {cap} bytes", "bad_response", status=resp.status_code)
+            raise provider._err(f"response larger than {cap} bytes", "bad_response", status=resp.status)
         parts.append(piece)
     return b"".join(parts)
 
@@ -362,14 +365,15 @@ async def _finish_body(payloads: AsyncIterator[str]) -> None:
                 extra += 1
                 if extra > FINISH_BODY_MAX_LINES:
                     return
-    except (TimeoutError, httpx.HTTPError, ProviderError):
+    except _AFTER_END_ERRORS:
         return
 
 
+_AFTER_END_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, ProviderError)
 _SSE_SKIP = ("event:", "id:", "retry:", ":")
 
 
-async def _payloads(resp: httpx.Response, provider: LuaAdaptedProvider) -> AsyncIterator[str]:
+async def _payloads(resp: aiohttp.ClientResponse, provider: LuaAdaptedProvider) -> AsyncIterator[str]:
     """Split a streamed body into payloads: SSE ``data:`` values and NDJSON lines alike.
 
     Each ``data:`` line is dispatched as soon as it arrives (LLM APIs put one
@@ -377,7 +381,7 @@ async def _payloads(resp: httpx.Response, provider: LuaAdaptedProvider) -> Async
     """
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     pending = ""
-    async for raw in resp.aiter_bytes():
+    async for raw in resp.content.iter_any():
         text = decoder.decode(raw)
         if not text:
             continue
@@ -434,7 +438,7 @@ def _error_message(data: bytes) -> str:
     return text[:300]
 
 
-def parse_retry_after(headers: httpx.Headers | dict[str, str], now: float | None = None) -> float | None:
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds to wait from ``Retry-After`` (seconds or HTTP date) or ``retry-after-ms``; capped at 1 h."""
     lower = {k.lower(): v for k, v in headers.items()}
     value = lower.get("retry-after-ms")

@@ -13,10 +13,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from homeagent.providers.adapter_loader import Adapter, AdapterError, AdapterLoader
 from homeagent.providers.base import Provider
+from homeagent.providers.http import TRANSPORT_ERRORS, SharedSession
 from homeagent.providers.lua_provider import LuaAdaptedProvider
 
 __all__ = ["DEEPSEEK_BASE_URL", "DEEPSEEK_MODEL", "build_sources", "detect_local_ollama"]
@@ -71,7 +72,7 @@ def build_sources(
     list_keys: Callable[[str], dict[str, Any]],
     env: Mapping[str, str],
     adapters: AdapterLoader,
-    http_client: httpx.AsyncClient | None,
+    http_client: aiohttp.ClientSession | SharedSession | None,
 ) -> tuple[list[Provider], list[str]]:
     """Return (providers in registration order, notes).
 
@@ -185,8 +186,11 @@ def _adapter_resolver(
     return (lambda: adapters.get(name)), ""
 
 
+_PROBE_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, ValueError, AttributeError)
+
+
 async def detect_local_ollama(
-    http_client: httpx.AsyncClient,
+    http_client: aiohttp.ClientSession,
     adapters: AdapterLoader,
     *,
     base_url: str = "http://127.0.0.1:11434",
@@ -194,9 +198,9 @@ async def detect_local_ollama(
 ) -> tuple[Provider | None, str]:
     """A source for a local Ollama if one answers on loopback (uses its first model)."""
     try:
-        resp = await http_client.get(f"{base_url}/api/tags", timeout=timeout)
-        models = resp.json().get("models") or [] if resp.status_code == 200 else []
-    except (httpx.HTTPError, ValueError):
+        async with http_client.get(f"{base_url}/api/tags", timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+            models = (await resp.json(content_type=None)).get("models") or [] if resp.status == 200 else []
+    except _PROBE_ERRORS:
         return None, ""
     if not models:
         return None, f"local Ollama at {base_url} has no models; `ollama pull <model>` to use it"
