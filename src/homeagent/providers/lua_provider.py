@@ -16,7 +16,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -284,7 +284,7 @@ class LuaAdaptedProvider:
                     if chunk is not None:
                         yield chunk
                     if parsed.done:
-                        await _finish_body(payloads)
+                        await _finish_body(resp, payloads)
                         break
         except ProviderError:
             raise
@@ -351,13 +351,16 @@ async def _read_capped(resp: aiohttp.ClientResponse, cap: int, provider: LuaAdap
     return b"".join(parts)
 
 
-async def _finish_body(payloads: AsyncIterator[str]) -> None:
+async def _finish_body(resp: aiohttp.ClientResponse, payloads: AsyncGenerator[str, None]) -> None:
     """Read the little that follows the end marker so the connection goes back to the pool.
 
     A response left half-read is closed instead of reused, which costs a new
     TCP (and, against a real API, TLS) handshake on every request. Whatever a
     misbehaving server sends after its end marker is ignored, and only briefly.
     """
+    if resp.content.at_eof():  # the body's end came with the marker: nothing to wait for
+        await payloads.aclose()  # now, rather than by a finaliser task later
+        return
     try:
         async with asyncio.timeout(FINISH_BODY_SECONDS):
             extra = 0
@@ -373,7 +376,7 @@ _AFTER_END_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, Provide
 _SSE_SKIP = ("event:", "id:", "retry:", ":")
 
 
-async def _payloads(resp: aiohttp.ClientResponse, provider: LuaAdaptedProvider) -> AsyncIterator[str]:
+async def _payloads(resp: aiohttp.ClientResponse, provider: LuaAdaptedProvider) -> AsyncGenerator[str, None]:
     """Split a streamed body into payloads: SSE ``data:`` values and NDJSON lines alike.
 
     Each ``data:`` line is dispatched as soon as it arrives (LLM APIs put one
