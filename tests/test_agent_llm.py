@@ -281,3 +281,12 @@ async def test_a_tool_registered_between_turns_reaches_the_next_request(llm_daem
     body = fake.requests[-1].body
     assert "late_tool" not in names(body)
     assert "late_tool" not in body["messages"][0]["content"]
+
+
+async def test_llm_test_without_a_daemon_closes_its_clients(data_dir: Path, fake: FakeOpenAI) -> None:
+    env = {"HOMEAGENT_LLM_BASE_URL": fake.base_url, "HOMEAGENT_LLM_API_KEY": "sk-local-0000000",
+           "HOMEAGENT_LLM_MODEL": "gpt-x"}
+    fake.script(Turn.text("pong"))
+    tested = await run_cli(data_dir, "llm", "test", "env", env=env)
+    assert tested.code == 0 and "pong" in tested.out
+    assert "Unclosed" not in tested.err and "sk-local-0000000" not in tested.out + tested.err

@@ -45,6 +45,10 @@ def test_proxy_for_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert proxy_for("https://api.example.com/v1") is None
     assert proxy_for("https://api.other.org/v1") == "http://proxy.lan:3128"
     assert proxy_for("not a url") is None
+    monkeypatch.setenv("ALL_PROXY", "http://all.lan:8080")
+    assert proxy_for("http://api.example.org/v1") == "http://all.lan:8080"
+    monkeypatch.setenv("ALL_PROXY", "socks5://all.lan:1080")
+    assert proxy_for("http://api.example.org/v1") is None
 
 
 async def test_requests_go_through_the_proxy_the_environment_names(

@@ -156,7 +156,7 @@ def cmd_llm_use(args: argparse.Namespace) -> int:
 def cmd_llm_test(args: argparse.Namespace) -> int:
     params = {"name": args.name}
     try:
-        result = _call(args, "llm.test", params, lambda: asyncio.run(_local_llm(args).test(params)))
+        result = _call(args, "llm.test", params, lambda: asyncio.run(_local_llm_test(args, params)))
     except (RemoteError, ValueError) as exc:
         return _fail(str(exc))
     if args.json:
@@ -166,6 +166,16 @@ def cmd_llm_test(args: argparse.Namespace) -> int:
     else:
         print(f"{result['name']}: FAILED after {result['latency_ms']:.0f} ms: {result.get('error')}")
     return 0 if result.get("ok") else 1
+
+
+async def _local_llm_test(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
+    """``llm test`` without a daemon: one request, then the HTTP clients are closed (no unclosed-session warnings)."""
+    llm = _local_llm(args)
+    try:
+        result: dict[str, Any] = await llm.test(params)
+        return result
+    finally:
+        await llm.close()
 
 
 def _local_llm(args: argparse.Namespace) -> Any:

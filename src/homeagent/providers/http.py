@@ -50,12 +50,16 @@ def new_session(ssl_context: ssl.SSLContext | None = None) -> aiohttp.ClientSess
 
 
 def proxy_for(url: str) -> str | None:
-    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY``, minus ``NO_PROXY``), if any."""
+    """The proxy the environment names for ``url`` (``HTTP(S)_PROXY`` or ``ALL_PROXY``, minus ``NO_PROXY``), if any.
+
+    Only HTTP proxies: aiohttp speaks no SOCKS, so a ``socks5://`` one is left out (as httpx did without socksio).
+    """
     parts = urlsplit(url)
     if not parts.hostname:
         return None
-    proxy = urllib.request.getproxies_environment().get(parts.scheme)
-    if not proxy or urllib.request.proxy_bypass(parts.hostname):
+    proxies = urllib.request.getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy or not proxy.startswith(("http://", "https://")) or urllib.request.proxy_bypass(parts.hostname):
         return None
     return proxy
 
