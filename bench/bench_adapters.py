@@ -475,6 +475,38 @@ async def time_kind(kind: str, adapter: Adapter, actx: Any, py_transform: Callab
     return results[0], results[1]
 
 
+_TRASH_FROM, _TRASH_TO = bytearray(16 * 1024 * 1024), bytearray(16 * 1024 * 1024)
+
+
+def evict_caches() -> None:
+    """Copy 16 MB: what an LLM round's network and Python work does to the CPU caches between two requests."""
+    _TRASH_TO[:] = _TRASH_FROM
+
+
+async def time_cache_cold(adapter: Adapter, actx: Any, py_transform: Callable[[dict[str, Any]], str],
+                          convs: dict[str, list[list[dict[str, Any]]]]) -> tuple[float, float]:
+    """µs per round request (median), Lua and Python, with the CPU caches evicted before each timed call."""
+    results = []
+    for side in ("lua", "py"):
+        took = []
+        for conv in convs[side]:
+            for req in conv[:-ROUNDS]:
+                if side == "lua":
+                    await adapter.build_request(request_parts(req), actx)
+                else:
+                    py_transform(req)
+            for req in conv[-ROUNDS:]:
+                evict_caches()
+                start = time.perf_counter()
+                if side == "lua":
+                    await adapter.build_request(request_parts(req), actx)
+                else:
+                    py_transform(req)
+                took.append(time.perf_counter() - start)
+        results.append(statistics.median(took) * 1e6)
+    return results[0], results[1]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -576,6 +608,21 @@ async def main() -> None:
                 lua_us, py_us = await time_kind(kind, adapter, actx, py_transform, cold, convs)
                 print(f"{name + ' ' + size + ' ' + kind:<38} {len(body):>7} {lua_us:>9.1f} {py_us:>10.1f} "
                       f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
+    print()
+    print("the same round requests with the CPU caches evicted before each one (16 MB copied, not timed), as between")
+    print("the LLM rounds of a real turn; the loops above keep everything cached:")
+    print(f"{'':<38} {'bytes':>7} {'Lua µs':>9} {'Python µs':>10} {'ratio':>6} {'Lua adds µs':>12}")
+    for name, size in (("openai", "large"), ("anthropic", "typical"), ("gemini", "typical")):
+        adapter = loader.get(name)
+        actx = ctx_of(adapter)
+        n_msgs, n_tools, text = sizes[size]
+        convs = {side: [conversation(n_msgs, n_tools, text, f"e{next(serial)} ") for _ in range(40 * scale // ROUNDS)]
+                 for side in ("lua", "py")}
+        lua_us, py_us = await time_cache_cold(adapter, actx, python_of[name], convs)
+        size_bytes = len(await adapter.build_request(request_parts(convs["lua"][0][-1]), actx))
+        print(f"{name + ' ' + size + ' round, caches cold':<38} {size_bytes:>7} {lua_us:>9.1f} {py_us:>10.1f} "
+              f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
+    print()
     for name, line in OTHER_CHUNKS.items():
         adapter = loader.get(name)
         actx, st = ctx_of(adapter), adapter.new_stream_state()
