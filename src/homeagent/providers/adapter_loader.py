@@ -27,6 +27,7 @@ import httpx
 import orjson
 
 from homeagent.lua.runtime import HttpPolicy, LuaError, LuaJSONError, LuaSandbox
+from homeagent.providers.native_requests import native_builder
 
 __all__ = [
     "NO_CHUNK",
@@ -348,6 +349,9 @@ class Adapter:
             raise LuaError(f"field 'stream_format' is {fmt!r}, expected one of: {', '.join(STREAM_FORMATS)}")
         self.stream_format: str = str(fmt or "")
         self._fast = _fast_parser(self.stream_format)
+        # The shipped OpenAI-style adapters' bodies are built by the host (same JSON as their
+        # transform_request; see native_requests.py). A user's file always runs its Lua.
+        self._native = native_builder(path.stem) if builtin else None
         endpoint = table["endpoint"]
         self._static_endpoint: str | None = endpoint if isinstance(endpoint, str) else None
         self._harness = sandbox.load_trusted(_HARNESS, "homeagent/adapter-harness", table, self.chunkname)
@@ -425,6 +429,10 @@ class Adapter:
 
     async def build_request(self, parts: RequestJSON, lua_ctx: Any) -> bytes:
         """The body (UTF-8 JSON) for one request (``parts`` from :func:`request_parts`)."""
+        if self._native is not None:
+            body = self._native(parts.rest, parts.messages, parts.tools)
+            if body is not None:
+                return body
         args = (parts.rest, parts.messages, parts.tools, lua_ctx, parts.message_sizes)
         try:
             res = await self._run(self._h_request, *args, False, size=parts.size)
@@ -434,6 +442,10 @@ class Adapter:
 
     def build_request_sync(self, parts: RequestJSON, lua_ctx: Any) -> bytes:
         """For worker threads: same as :meth:`build_request`, ``http_*`` builtins block."""
+        if self._native is not None:
+            body = self._native(parts.rest, parts.messages, parts.tools)
+            if body is not None:
+                return body
         args = (parts.rest, parts.messages, parts.tools, lua_ctx, parts.message_sizes)
         budget = self._budget + 60 * parts.size
         try:
