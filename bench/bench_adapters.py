@@ -15,6 +15,10 @@ adapter via the harness; Python: orjson.loads + field picking). Built-in adapter
 declare a ``stream_format``: their plain delta chunks are parsed by the host
 (``openai_chunk_fast`` & co.), the rest by Lua. Everything runs on one event loop, as
 in the daemon; both sides are timed in the same run.
+
+The shipped OpenAI-style adapters' request bodies are built by the host in the daemon
+(``native_requests.py``); to time their Lua, this bench loads the same files as a user's
+adapters (which always run their Lua) and prints the host-built bodies as extra rows.
 """
 
 from __future__ import annotations
@@ -22,14 +26,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from homeagent.providers.adapter_loader import Adapter, AdapterLoader, RequestContext, request_parts
+from homeagent.providers.adapter_loader import BUILTIN_DIR, Adapter, AdapterLoader, RequestContext, request_parts
+from homeagent.providers.native_requests import NATIVE_ADAPTERS
 
 
 def make_request(n_messages: int, n_tools: int, text: int, tag: str = "") -> dict[str, Any]:
@@ -444,13 +452,13 @@ async def time_kind(kind: str, adapter: Adapter, actx: Any, py_transform: Callab
         lua_seq, py_seq = iter(cold["lua"]), iter(cold["py"])
 
         async def lua() -> str:
-            return await adapter.build_request(request_parts(next(lua_seq)), actx)
+            return await adapter.build_request(request_parts(next(lua_seq), message_sizes=adapter.wants_message_sizes), actx)
 
         count = len(cold["lua"])
         return await timeit(lua, count, True), await timeit(lambda: py_transform(next(py_seq)), count, False)
 
     async def lua_one(req: dict[str, Any]) -> str:
-        return await adapter.build_request(request_parts(req), actx)
+        return await adapter.build_request(request_parts(req, message_sizes=adapter.wants_message_sizes), actx)
 
     async def py_one(req: dict[str, Any]) -> str:
         return py_transform(req)
@@ -492,14 +500,14 @@ async def time_cache_cold(adapter: Adapter, actx: Any, py_transform: Callable[[d
         for conv in convs[side]:
             for req in conv[:-ROUNDS]:
                 if side == "lua":
-                    await adapter.build_request(request_parts(req), actx)
+                    await adapter.build_request(request_parts(req, message_sizes=adapter.wants_message_sizes), actx)
                 else:
                     py_transform(req)
             for req in conv[-ROUNDS:]:
                 evict_caches()
                 start = time.perf_counter()
                 if side == "lua":
-                    await adapter.build_request(request_parts(req), actx)
+                    await adapter.build_request(request_parts(req, message_sizes=adapter.wants_message_sizes), actx)
                 else:
                     py_transform(req)
                 took.append(time.perf_counter() - start)
@@ -512,7 +520,11 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     scale = 1 if args.quick else 5
-    loader = AdapterLoader()
+    user_dir = Path(tempfile.mkdtemp(prefix="bench-adapters-"))
+    for name in NATIVE_ADAPTERS:  # as a user's files: their Lua runs, not the host's builder
+        shutil.copy(BUILTIN_DIR / f"{name}.lua", user_dir / f"{name}.lua")
+    loader = AdapterLoader(user_dir=user_dir)
+    shipped = AdapterLoader()
     openai = loader.get("openai")
 
     def ctx_of(adapter: Adapter, stream: bool = True) -> Any:
@@ -609,18 +621,34 @@ async def main() -> None:
                 print(f"{name + ' ' + size + ' ' + kind:<38} {len(body):>7} {lua_us:>9.1f} {py_us:>10.1f} "
                       f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
     print()
+    print("the shipped files of those two, whose bodies the daemon builds in the host (native_requests.py):")
+    for name in ("openai", "deepseek"):
+        adapter = shipped.get(name)
+        actx = ctx_of(adapter)
+        for size, (n_msgs, n_tools, text) in sizes.items():
+            n = 300 * scale if size == "typical" else 40 * scale
+            convs = {side: [conversation(n_msgs, n_tools, text, f"h{next(serial)} ") for _ in range(n // ROUNDS)]
+                     for side in ("lua", "py")}
+            cold = {side: [conversation(n_msgs, n_tools, text, f"g{next(serial)} ")[-1] for _ in range(n)]
+                    for side in ("lua", "py")}
+            lua_us, py_us = await time_kind("round", adapter, actx, python_of[name], cold, convs)
+            print(f"{name + ' ' + size + ' round, host-built':<38} {'':>7} {lua_us:>9.1f} {py_us:>10.1f} "
+                  f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
+    print()
     print("the same round requests with the CPU caches evicted before each one (16 MB copied, not timed), as between")
     print("the LLM rounds of a real turn; the loops above keep everything cached:")
     print(f"{'':<38} {'bytes':>7} {'Lua µs':>9} {'Python µs':>10} {'ratio':>6} {'Lua adds µs':>12}")
-    for name, size in (("openai", "large"), ("anthropic", "typical"), ("gemini", "typical")):
-        adapter = loader.get(name)
+    for name, size, source in (("openai", "large", loader), ("openai", "large", shipped),
+                               ("anthropic", "typical", loader), ("gemini", "typical", loader)):
+        adapter = source.get(name)
         actx = ctx_of(adapter)
         n_msgs, n_tools, text = sizes[size]
         convs = {side: [conversation(n_msgs, n_tools, text, f"e{next(serial)} ") for _ in range(40 * scale // ROUNDS)]
                  for side in ("lua", "py")}
         lua_us, py_us = await time_cache_cold(adapter, actx, python_of[name], convs)
         size_bytes = len(await adapter.build_request(request_parts(convs["lua"][0][-1]), actx))
-        print(f"{name + ' ' + size + ' round, caches cold':<38} {size_bytes:>7} {lua_us:>9.1f} {py_us:>10.1f} "
+        label = f"{name} {size} round, caches cold{', host-built' if adapter.builtin and name == 'openai' else ''}"
+        print(f"{label:<38} {size_bytes:>7} {lua_us:>9.1f} {py_us:>10.1f} "
               f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
     print()
     for name, line in OTHER_CHUNKS.items():

@@ -352,6 +352,8 @@ class Adapter:
         # The shipped OpenAI-style adapters' bodies are built by the host (same JSON as their
         # transform_request; see native_requests.py). A user's file always runs its Lua.
         self._native = native_builder(path.stem) if builtin else None
+        # the per-message sizes are for json.items (message caches): no shipped OpenAI-style file uses it
+        self.wants_message_sizes = self._native is None
         endpoint = table["endpoint"]
         self._static_endpoint: str | None = endpoint if isinstance(endpoint, str) else None
         self._harness = sandbox.load_trusted(_HARNESS, "homeagent/adapter-harness", table, self.chunkname)
@@ -793,19 +795,20 @@ class RequestJSON:
         return len(self.rest) + len(self.messages) + len(self.tools)
 
 
-def request_parts(request: dict[str, Any]) -> RequestJSON:
+def request_parts(request: dict[str, Any], *, message_sizes: bool = True) -> RequestJSON:
     """Serialise a unified request; raises ValueError for values JSON cannot hold.
 
     orjson writes the history, the hottest serialisation of every LLM call, some
     10-20x faster than the json module (whose escaping of non-ASCII text is slow),
     and hands out UTF-8 that goes to Lua without a re-encode. NaN and infinities
-    become null, as in most JSON writers.
+    become null, as in most JSON writers. ``message_sizes=False`` skips the
+    per-message sizes (for adapters that never call ``json.items``).
     """
     rest = {k: v for k, v in request.items() if k not in ("messages", "tools")}
     tools = request.get("tools")
     tools_json = _dumps(tools) if tools else b""
     messages = request.get("messages") or []
-    if type(messages) is not list:
+    if type(messages) is not list or not message_sizes:  # one call: ~3x faster than message by message
         return RequestJSON(_dumps(rest), _dumps(messages), tools_json)
     texts = [_dumps(m) for m in messages]
     sizes = struct.pack(f"<{len(texts)}I", *map(len, texts))

@@ -184,7 +184,7 @@ class LuaAdaptedProvider:
         unified, thinking = self._unified(request, stream)
         tools = unified.pop("tools", None)
         try:
-            parts = request_parts(unified)
+            parts = request_parts(unified, message_sizes=adapter.wants_message_sizes)
             if tools:
                 parts = dataclasses.replace(parts, tools=self._tools_text(tools))
         except (TypeError, ValueError) as exc:
