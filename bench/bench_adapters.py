@@ -603,15 +603,22 @@ async def main() -> None:
     }
     sizes = {"typical": (20, 5, 120), "large": (60, 30, 300)}
     serial = iter(range(10**9))
+
+    def workload(size: str) -> tuple[dict[str, list[list[dict[str, Any]]]], dict[str, list[dict[str, Any]]]]:
+        """Fresh conversations (for rounds) and fresh last requests (cold), one set per side."""
+        n_msgs, n_tools, text = sizes[size]
+        n = 300 * scale if size == "typical" else 40 * scale
+        convs = {side: [conversation(n_msgs, n_tools, text, f"t{next(serial)} ") for _ in range(n // ROUNDS)]
+                 for side in ("lua", "py")}
+        cold = {side: [conversation(n_msgs, n_tools, text, f"c{next(serial)} ")[-1] for _ in range(n)]
+                for side in ("lua", "py")}
+        return convs, cold
+
     for name, py_transform in python_of.items():
         adapter = loader.get(name)
         actx = ctx_of(adapter)
         for size, (n_msgs, n_tools, text) in sizes.items():
-            n = 300 * scale if size == "typical" else 40 * scale
-            convs = {side: [conversation(n_msgs, n_tools, text, f"t{next(serial)} ") for _ in range(n // ROUNDS)]
-                     for side in ("lua", "py")}
-            cold = {side: [conversation(n_msgs, n_tools, text, f"c{next(serial)} ")[-1] for _ in range(n)]
-                    for side in ("lua", "py")}
+            convs, cold = workload(size)
             check = conversation(n_msgs, n_tools, text, "check ")
             for req in check:
                 body = await adapter.build_request(request_parts(req), actx)
@@ -625,12 +632,11 @@ async def main() -> None:
     for name in ("openai", "deepseek"):
         adapter = shipped.get(name)
         actx = ctx_of(adapter)
-        for size, (n_msgs, n_tools, text) in sizes.items():
-            n = 300 * scale if size == "typical" else 40 * scale
-            convs = {side: [conversation(n_msgs, n_tools, text, f"h{next(serial)} ") for _ in range(n // ROUNDS)]
-                     for side in ("lua", "py")}
-            cold = {side: [conversation(n_msgs, n_tools, text, f"g{next(serial)} ")[-1] for _ in range(n)]
-                    for side in ("lua", "py")}
+        for size in sizes:
+            convs, cold = workload(size)
+            for req in convs["lua"][0]:
+                body = await adapter.build_request(request_parts(req, message_sizes=False), actx)
+                assert json.loads(body) == json.loads(python_of[name](req)), f"{name}: host and Python bodies differ"
             lua_us, py_us = await time_kind("round", adapter, actx, python_of[name], cold, convs)
             print(f"{name + ' ' + size + ' round, host-built':<38} {'':>7} {lua_us:>9.1f} {py_us:>10.1f} "
                   f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
