@@ -108,26 +108,36 @@ def _decode_rest(rest: bytes) -> dict[str, Any] | None:
     return {k: v for k, v in doc.items() if v is not None}  # as the sandbox decodes them
 
 
-def _compat_adapter(opts: _Compat, finish: Callable[[dict[str, Any], dict[str, Any]], None] | None = None) -> NativeBuilder:
+Finish = Callable[[dict[str, Any], dict[str, Any]], None]  # (body, request) -> None: an adapter's own last steps
+
+
+def _build(opts: _Compat, rest: dict[str, Any], messages: bytes, tools: bytes, finish: Finish | None) -> bytes | None:
+    body = _compat_body(rest, tools, opts)
+    if body is None:
+        return None
+    if finish is not None:
+        finish(body, rest)
+    return _join(body, messages, tools)
+
+
+def _compat_adapter(opts: _Compat, finish: Finish | None = None) -> NativeBuilder:
     def build(rest_json: bytes, messages: bytes, tools: bytes) -> bytes | None:
         for field in opts.strip:
             if field in messages:
                 return None  # the Lua strips those fields message by message
         rest = _decode_rest(rest_json)
-        if rest is None:
-            return None
-        body = _compat_body(rest, tools, opts)
-        if body is None:
-            return None
-        if finish is not None:
-            finish(body, rest)
-        return _join(body, messages, tools)
+        return None if rest is None else _build(opts, rest, messages, tools, finish)
 
     return build
 
 
+def _no_temperature(body: dict[str, Any], rest: dict[str, Any]) -> None:
+    body.pop("temperature", None)  # reasoning models reject a custom temperature, even one from extra
+
+
 def _openai() -> NativeBuilder:
-    plain = _compat_adapter(_Compat(stream_usage=True))
+    plain = _Compat(stream_usage=True)
+    reasoning = _Compat(stream_usage=True, max_tokens_field="max_completion_tokens")
 
     def build(rest_json: bytes, messages: bytes, tools: bytes) -> bytes | None:
         if b'"reasoning_content"' in messages:
@@ -136,15 +146,13 @@ def _openai() -> NativeBuilder:
         if rest is None:
             return None
         model = rest.get("model")
-        if model is not None and not isinstance(model, str):
+        if model is None:
+            return _build(plain, rest, messages, tools, None)
+        if not isinstance(model, str):
             return None  # tostring() of a number: not mirrored
-        if not (isinstance(model, str) and _REASONING_MODEL.match(model)):
-            return plain(rest_json, messages, tools)
-        body = _compat_body(rest, tools, _Compat(stream_usage=True, max_tokens_field="max_completion_tokens"))
-        if body is None:
-            return None
-        body.pop("temperature", None)  # reasoning models reject a custom temperature, even from extra
-        return _join(body, messages, tools)
+        if _REASONING_MODEL.match(model):
+            return _build(reasoning, rest, messages, tools, _no_temperature)
+        return _build(plain, rest, messages, tools, None)
 
     return build
 
