@@ -302,6 +302,40 @@ async def test_theme_language_and_other_pages(stack: Stack) -> None:
     assert not page.errors  # type: ignore[attr-defined]
 
 
+async def test_a_message_sent_while_history_loads_stays_last(stack: Stack) -> None:
+    context = await stack.new_context()
+    page = await context.new_page()
+    page.set_default_timeout(15_000)
+    history_asked = asyncio.Event()
+    release = asyncio.Event()
+
+    async def slow_history(route: Any) -> None:
+        history_asked.set()
+        await release.wait()
+        await route.continue_()
+
+    try:
+        assert (await context.request.post(stack.web.url + "api/v1/login", data={"token": stack.web.token})).ok
+        await stack.web.daemon.io.inject_sync("webui", "webui", "an earlier message")  # history is not empty
+        await stack.web.daemon.textlog.flush()
+        await page.route("**/api/v1/chat/history*", slow_history)
+        await page.goto(stack.web.url + "#/chat")
+        await asyncio.wait_for(history_asked.wait(), 15)
+        await send(page, "sent before the history came")
+        await expect(page.locator(".msg.user").last).to_contain_text("sent before the history came")
+        release.set()
+        reply = page.locator(".msg.assistant").last
+        await expect(reply).to_have_class(re.compile(r"\bdone\b"))
+        await expect(reply).to_contain_text("sent before the history came")
+        # the history came in above the new message, not after it
+        await expect(page.locator(".msg.user", has_text="an earlier message")).not_to_have_count(0)
+        await expect(page.locator(".msg.user").last).to_contain_text("sent before the history came")
+        assert await page.locator(".msg.assistant").count() >= 2
+    finally:
+        release.set()
+        await context.close()
+
+
 async def test_ui_degrades_without_node_modules(stack: Stack) -> None:
     bare = await start_webui(stack.web.daemon, listen="127.0.0.1:0", vendor={})
     context = await stack.new_context()  # its own cookie jar: the session belongs to this server

@@ -194,20 +194,22 @@ export async function mount(root) {
     if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) { ev.preventDefault(); submit(); }
   });
 
-  // history
+  // history: built apart and put before whatever was sent while it loaded (the form works at once)
   try {
     const { messages } = await api("GET", "/api/v1/chat/history?limit=60");
-    if (!messages.length) list.append(h("p", { class: "muted empty" }, t("chat.empty")));
+    const older = document.createDocumentFragment();
+    if (!messages.length && !list.querySelector(".msg")) older.append(h("p", { class: "muted empty" }, t("chat.empty")));
     for (const m of messages) {
-      if (m.role === "user") userMessage(list, m.content, { ts: m.ts });
+      if (m.role === "user") userMessage(older, m.content, { ts: m.ts });
       else if (m.role === "assistant") {
-        const msg = new AssistantMessage(list);
+        const msg = new AssistantMessage(older);
         for (const tool of m.tools || []) msg.tools.append(h("span", { class: "tag" }, "⚙ ", tool));
         const stopped = m.error === "turn interrupted";
         await msg.finish({ text: m.content, ok: !m.error || stopped, interrupted: stopped, source: m.channel });
         if (m.error && !stopped) { msg.notice.hidden = false; msg.notice.textContent = `${t("chat.error")}: ${m.error}`; }
       }
     }
+    list.prepend(older);
   } catch (err) {
     list.append(h("p", { class: "error" }, t("common.error", { msg: err.message || err })));
   }
