@@ -429,12 +429,15 @@ class Adapter:
             self._headers_by_key[api_key] = dict(made)
         return made
 
+    def _native_body(self, parts: RequestJSON) -> bytes | None:
+        """The host-built body of a shipped OpenAI-style adapter; None: the Lua builds it."""
+        return None if self._native is None else self._native(parts.rest, parts.messages, parts.tools)
+
     async def build_request(self, parts: RequestJSON, lua_ctx: Any) -> bytes:
         """The body (UTF-8 JSON) for one request (``parts`` from :func:`request_parts`)."""
-        if self._native is not None:
-            body = self._native(parts.rest, parts.messages, parts.tools)
-            if body is not None:
-                return body
+        body = self._native_body(parts)
+        if body is not None:
+            return body
         args = (parts.rest, parts.messages, parts.tools, lua_ctx, parts.message_sizes)
         try:
             res = await self._run(self._h_request, *args, False, size=parts.size)
@@ -444,10 +447,9 @@ class Adapter:
 
     def build_request_sync(self, parts: RequestJSON, lua_ctx: Any) -> bytes:
         """For worker threads: same as :meth:`build_request`, ``http_*`` builtins block."""
-        if self._native is not None:
-            body = self._native(parts.rest, parts.messages, parts.tools)
-            if body is not None:
-                return body
+        body = self._native_body(parts)
+        if body is not None:
+            return body
         args = (parts.rest, parts.messages, parts.tools, lua_ctx, parts.message_sizes)
         budget = self._budget + 60 * parts.size
         try:
