@@ -113,7 +113,7 @@ def test_each_adapters_own_rules(loaders: tuple[AdapterLoader, AdapterLoader], n
                "messages": [{"role": "user", "content": "hi"}], **fields}
     parts = request_parts(request)
     build = native_builder(name)
-    assert build is not None and build(parts.rest, parts.messages, parts.tools) is not None  # not declined
+    assert build is not None and build.build(parts) is not None  # not declined
     host_body, lua_body = bodies(loaders, name, request)
     assert host_body == lua_body
     for key, value in expected.items():
@@ -131,7 +131,7 @@ def test_an_ordinary_request_is_built_by_the_host(name: str) -> None:
                            "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]})
     build = native_builder(name)
     assert build is not None
-    body = build(parts.rest, parts.messages, parts.tools)
+    body = build.build(parts)
     assert body is not None and parts.messages in body and parts.tools in body
 
 
@@ -140,9 +140,9 @@ def test_histories_the_lua_rewrites_are_left_to_it() -> None:
         {"role": "assistant", "content": "x", "reasoning_content": "thoughts"}]})
     for name in ("openai", "deepseek", "github", "groq", "kimi"):
         build = native_builder(name)
-        assert build is not None and build(parts.rest, parts.messages, parts.tools) is None
+        assert build is not None and build.build(parts) is None
     server = native_builder("server")
-    assert server is not None and server(parts.rest, parts.messages, parts.tools) is not None  # server strips nothing
+    assert server is not None and server.build(parts) is not None  # server strips nothing
     assert native_builder("anthropic") is None and native_builder("mistral") is None
 
 

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import re
-import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ import orjson
 
 from homeagent.lua.runtime import HttpPolicy, LuaError, LuaJSONError, LuaSandbox
 from homeagent.providers.native_requests import native_builder
+from homeagent.providers.request_json import RequestJSON, request_parts
 
 __all__ = [
     "NO_CHUNK",
@@ -351,9 +351,11 @@ class Adapter:
         self._fast = _fast_parser(self.stream_format)
         # The shipped OpenAI-style adapters' bodies are built by the host (same JSON as their
         # transform_request; see native_requests.py). A user's file always runs its Lua.
-        self._native = native_builder(path.stem) if builtin else None
-        # the per-message sizes are for json.items (message caches): no shipped OpenAI-style file uses it
-        self.wants_message_sizes = self._native is None
+        native = native_builder(path.stem) if builtin else None
+        self._native = native.build if native is not None else None
+        # the per-message texts key the message caches (Lua's json.items and the host's):
+        # the host-built pass-through bodies need none
+        self.wants_message_sizes = native is None or native.message_texts
         endpoint = table["endpoint"]
         self._static_endpoint: str | None = endpoint if isinstance(endpoint, str) else None
         self._harness = sandbox.load_trusted(_HARNESS, "homeagent/adapter-harness", table, self.chunkname)
@@ -431,7 +433,7 @@ class Adapter:
 
     def _native_body(self, parts: RequestJSON) -> bytes | None:
         """The host-built body of a shipped OpenAI-style adapter; None: the Lua builds it."""
-        return None if self._native is None else self._native(parts.rest, parts.messages, parts.tools)
+        return None if self._native is None else self._native(parts)
 
     async def build_request(self, parts: RequestJSON, lua_ctx: Any) -> bytes:
         """The body (UTF-8 JSON) for one request (``parts`` from :func:`request_parts`)."""
@@ -764,57 +766,6 @@ def _check_shape(sandbox: LuaSandbox, table: Any, chunk: str, path: Path) -> Non
             want = " or ".join(a for a in allowed if a != "nil")
             missing = "is missing" if actual == "nil" else f"is a {actual}"
             raise AdapterError(f"{chunk}: field '{key}' {missing}, expected a {want}", path=str(path))
-
-
-_NON_STR_KEYS = orjson.OPT_NON_STR_KEYS  # {1: x} -> {"1": x}, as the json module writes it
-
-
-def _dumps(value: Any) -> bytes:
-    """Compact JSON as UTF-8 (what the json module writes with ensure_ascii=False), or ValueError."""
-    try:
-        return orjson.dumps(value, option=_NON_STR_KEYS)
-    except orjson.JSONEncodeError as exc:  # a TypeError: lone surrogates, huge ints, odd objects
-        raise ValueError(str(exc)) from None
-
-
-@dataclass(frozen=True)
-class RequestJSON:
-    """The unified request as UTF-8 JSON, messages and tools apart (they decode lazily in Lua).
-
-    ``message_sizes`` holds the size of each message's JSON text in ``messages``
-    (little-endian uint32s), so Lua cuts out one message's text without scanning
-    (``json.items``); adapters key their per-message conversion caches by those texts.
-    Empty when unknown: ``json.items`` then gives nil.
-    """
-
-    rest: bytes
-    messages: bytes
-    tools: bytes
-    message_sizes: bytes = b""
-
-    @property
-    def size(self) -> int:
-        return len(self.rest) + len(self.messages) + len(self.tools)
-
-
-def request_parts(request: dict[str, Any], *, message_sizes: bool = True) -> RequestJSON:
-    """Serialise a unified request; raises ValueError for values JSON cannot hold.
-
-    orjson writes the history, the hottest serialisation of every LLM call, some
-    10-20x faster than the json module (whose escaping of non-ASCII text is slow),
-    and hands out UTF-8 that goes to Lua without a re-encode. NaN and infinities
-    become null, as in most JSON writers. ``message_sizes=False`` skips the
-    per-message sizes (for adapters that never call ``json.items``).
-    """
-    rest = {k: v for k, v in request.items() if k not in ("messages", "tools")}
-    tools = request.get("tools")
-    tools_json = _dumps(tools) if tools else b""
-    messages = request.get("messages") or []
-    if type(messages) is not list or not message_sizes:  # one call: ~3x faster than message by message
-        return RequestJSON(_dumps(rest), _dumps(messages), tools_json)
-    texts = [_dumps(m) for m in messages]
-    sizes = struct.pack(f"<{len(texts)}I", *map(len, texts))
-    return RequestJSON(_dumps(rest), b"[" + b",".join(texts) + b"]", tools_json, sizes)
 
 
 # ------------------------------------------------------------ stream fast path

@@ -28,10 +28,10 @@ from typing import Any
 
 import orjson
 
-__all__ = ["NATIVE_ADAPTERS", "NativeBuilder", "native_builder"]
+from homeagent.providers.native_common import Native, decode_rest, lua_truthy, mirrored
+from homeagent.providers.request_json import RequestJSON
 
-# rest, messages, tools (the host's JSON of the unified request) -> body, or None to decline
-NativeBuilder = Callable[[bytes, bytes, bytes], bytes | None]
+__all__ = ["NATIVE_ADAPTERS", "native_builder"]
 
 _REASONING_MODEL = re.compile(r"o[0-9]|gpt-5")  # openai.lua: model:match("^o%d") or model:match("^gpt%-5")
 
@@ -46,42 +46,24 @@ class _Compat:
     drop_extra: frozenset[str] = frozenset()
 
 
-_LUA_EXACT_INT = 2**53  # beyond this the sandbox reads an integer as a float
-
-
-def _mirrored(value: Any) -> bool:
-    """Whether the sandbox reads this JSON value back unchanged: its decoder drops null-valued
-    keys at any depth, and huge integers become floats."""
-    if value is None:
-        return False
-    kind = type(value)
-    if kind is dict:
-        return all(_mirrored(v) for v in value.values())
-    if kind is list:
-        return all(v is None or _mirrored(v) for v in value)  # arrays keep their nulls
-    if kind is int:
-        return -_LUA_EXACT_INT < value < _LUA_EXACT_INT
-    return True
-
-
 def _compat_body(rest: dict[str, Any], tools: bytes, opts: _Compat) -> dict[str, Any] | None:
     """``openai_compat.request`` without its messages (the caller splices them in)."""
-    body: dict[str, Any] = {"model": rest.get("model"), "stream": bool(rest.get("stream"))}
+    body: dict[str, Any] = {"model": rest.get("model"), "stream": lua_truthy(rest.get("stream"))}
     if tools:
         body["tools"] = None  # placeholder: spliced by the caller
         if rest.get("tool_choice") is not None:
-            if not _mirrored(rest["tool_choice"]):
+            if not mirrored(rest["tool_choice"]):
                 return None
             body["tool_choice"] = rest["tool_choice"]
     if rest.get("temperature") is not None:
         body["temperature"] = rest["temperature"]
     if rest.get("max_tokens") is not None:
         body[opts.max_tokens_field] = rest["max_tokens"]
-    if rest.get("stream") and opts.stream_usage:
+    if lua_truthy(rest.get("stream")) and opts.stream_usage:
         body["stream_options"] = {"include_usage": True}
     extra = rest.get("extra")
     if extra is not None:
-        if type(extra) is not dict or "messages" in extra or not _mirrored(extra):
+        if type(extra) is not dict or "messages" in extra or not mirrored(extra):
             return None
         for key, value in extra.items():
             if key not in opts.drop_extra:
@@ -101,13 +83,6 @@ def _join(body: dict[str, Any], messages: bytes, tools: bytes) -> bytes:
     return (head[:-1] + tail) if len(head) > 2 else (b"{" + tail[1:])
 
 
-def _decode_rest(rest: bytes) -> dict[str, Any] | None:
-    doc = orjson.loads(rest)
-    if type(doc) is not dict:
-        return None
-    return {k: v for k, v in doc.items() if v is not None}  # as the sandbox decodes them
-
-
 Finish = Callable[[dict[str, Any], dict[str, Any]], None]  # (body, request) -> None: an adapter's own last steps
 
 
@@ -120,29 +95,30 @@ def _build(opts: _Compat, rest: dict[str, Any], messages: bytes, tools: bytes, f
     return _join(body, messages, tools)
 
 
-def _compat_adapter(opts: _Compat, finish: Finish | None = None) -> NativeBuilder:
-    def build(rest_json: bytes, messages: bytes, tools: bytes) -> bytes | None:
+def _compat_adapter(opts: _Compat, finish: Finish | None = None) -> Native:
+    def build(parts: RequestJSON) -> bytes | None:
         for field in opts.strip:
-            if field in messages:
+            if field in parts.messages:
                 return None  # the Lua strips those fields message by message
-        rest = _decode_rest(rest_json)
-        return None if rest is None else _build(opts, rest, messages, tools, finish)
+        rest = decode_rest(parts.rest)
+        return None if rest is None else _build(opts, rest, parts.messages, parts.tools, finish)
 
-    return build
+    return Native(build)
 
 
 def _no_temperature(body: dict[str, Any], rest: dict[str, Any]) -> None:
     body.pop("temperature", None)  # reasoning models reject a custom temperature, even one from extra
 
 
-def _openai() -> NativeBuilder:
+def _openai() -> Native:
     plain = _Compat(stream_usage=True)
     reasoning = _Compat(stream_usage=True, max_tokens_field="max_completion_tokens")
 
-    def build(rest_json: bytes, messages: bytes, tools: bytes) -> bytes | None:
+    def build(parts: RequestJSON) -> bytes | None:
+        messages, tools = parts.messages, parts.tools
         if b'"reasoning_content"' in messages:
             return None
-        rest = _decode_rest(rest_json)
+        rest = decode_rest(parts.rest)
         if rest is None:
             return None
         model = rest.get("model")
@@ -154,20 +130,20 @@ def _openai() -> NativeBuilder:
             return _build(reasoning, rest, messages, tools, _no_temperature)
         return _build(plain, rest, messages, tools, None)
 
-    return build
+    return Native(build)
 
 
 def _deepseek_finish(body: dict[str, Any], rest: dict[str, Any]) -> None:
-    if rest.get("thinking"):
+    if lua_truthy(rest.get("thinking")):
         body["thinking"] = {"type": "enabled"}
 
 
 def _server_finish(body: dict[str, Any], rest: dict[str, Any]) -> None:
     if body.get("disable_thinking") is None:
-        body["disable_thinking"] = not rest.get("thinking")
+        body["disable_thinking"] = not lua_truthy(rest.get("thinking"))
 
 
-NATIVE_ADAPTERS: dict[str, Callable[[], NativeBuilder]] = {
+NATIVE_ADAPTERS: dict[str, Callable[[], Native]] = {
     "openai": _openai,
     # deepseek.lua rewrites reasoning_content per message (kept inside the current tool loop):
     # a history with any is left to it
@@ -185,7 +161,7 @@ NATIVE_ADAPTERS: dict[str, Callable[[], NativeBuilder]] = {
 }
 
 
-def native_builder(file_stem: str) -> NativeBuilder | None:
+def native_builder(file_stem: str) -> Native | None:
     """The host's builder for the shipped adapter file ``<file_stem>.lua``, if there is one."""
     make = NATIVE_ADAPTERS.get(file_stem)
     return make() if make is not None else None

@@ -1,0 +1,282 @@
+"""What the host-built request bodies share: reading JSON as the Lua sandbox does, the
+per-message conversion cache, turn merging and splicing pre-encoded JSON into a body.
+
+Why these exist: every host-built body must equal the JSON its adapter's Lua
+``transform_request`` makes (tests/test_native_*.py compare them over generated
+requests). The sandbox's JSON decoder drops null-valued object keys at any depth, keeps
+nulls inside arrays, and Lua treats only ``nil`` and ``false`` as false; the helpers
+here reproduce that, and anything they cannot reproduce exactly raises :class:`Decline`,
+after which the adapter's Lua builds the body as before.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import orjson
+
+from homeagent.providers.request_json import RequestJSON
+
+__all__ = [
+    "Decline",
+    "MessageCache",
+    "Native",
+    "Turns",
+    "decode_rest",
+    "json_string",
+    "lua_text_of",
+    "lua_truthy",
+    "lua_view",
+    "mirrored",
+    "parse_args",
+    "request_messages",
+    "splice",
+]
+
+E = TypeVar("E")
+
+LUA_EXACT_INT = 2**53  # beyond this the sandbox may read an integer as a float: never mirrored
+
+
+class Decline(Exception):
+    """The host cannot reproduce the adapter's Lua for this request: the Lua builds it."""
+
+
+@dataclass(frozen=True)
+class Native:
+    """A shipped adapter's host-built request body.
+
+    ``build`` returns the body, or None when the adapter's Lua must build it. With
+    ``message_texts`` it reads each message's own JSON text (``RequestJSON.message_texts``,
+    made by ``request_parts(message_sizes=True)``), which its conversion cache is keyed by;
+    the Lua it falls back to keeps a cache keyed by the same texts.
+    """
+
+    build: Callable[[RequestJSON], bytes | None]
+    message_texts: bool = False
+
+
+def lua_truthy(value: Any) -> bool:
+    """Lua's truth: only nil (absent / null) and false are false; 0 and "" are true."""
+    return value is not None and value is not False
+
+
+def mirrored(value: Any) -> bool:
+    """Whether the sandbox reads this JSON value back unchanged: its decoder drops null-valued
+    keys at any depth, and huge integers become floats."""
+    if value is None:
+        return False
+    kind = type(value)
+    if kind is dict:
+        return all(mirrored(v) for v in value.values())
+    if kind is list:
+        return all(v is None or mirrored(v) for v in value)  # arrays keep their nulls
+    if kind is int:
+        return -LUA_EXACT_INT < value < LUA_EXACT_INT
+    return True
+
+
+def lua_view(value: Any) -> Any:
+    """A decoded JSON value as the sandbox's decoder gives it to Lua: null-valued object keys
+    dropped at any depth, nulls inside arrays kept (as None here, json.null there).
+    Raises Decline for integers the sandbox may not hold exactly."""
+    kind = type(value)
+    if kind is dict:
+        return {k: lua_view(v) for k, v in value.items() if v is not None}
+    if kind is list:
+        return [None if v is None else lua_view(v) for v in value]
+    if kind is int and not -LUA_EXACT_INT < value < LUA_EXACT_INT:
+        raise Decline("integer beyond 2**53")
+    return value
+
+
+def decode_rest(rest: bytes) -> dict[str, Any] | None:
+    """The request's other fields as the sandbox decodes its top level (nulls dropped)."""
+    doc = orjson.loads(rest)
+    if type(doc) is not dict:
+        return None
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def splice(body: dict[str, Any], raw: dict[str, bytes]) -> bytes:
+    """``body``'s JSON with each ``raw`` value (JSON text made already) under its key,
+    without decoding or re-encoding it."""
+    head = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+    tail = b"".join(b',"' + key.encode() + b'":' + text for key, text in raw.items())
+    if not tail:
+        return head
+    return (head[:-1] + tail + b"}") if len(head) > 2 else (b"{" + tail[1:] + b"}")
+
+
+def lua_text_of(content: Any) -> str:
+    """``openai_compat.text_of``: a string, or the strings / ``text`` fields of a list, joined
+    by newlines; anything else is ""."""
+    if type(content) is str:
+        return content
+    if type(content) is not list:
+        return ""
+    parts = []
+    for p in content:
+        if type(p) is str:
+            parts.append(p)
+        elif type(p) is dict and type(p.get("text")) is str:
+            parts.append(p["text"])
+    return "\n".join(parts)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        raise ValueError("duplicate key")  # Lua keeps an earlier value over a later null: not mimicked
+    return out
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError("number out of range")  # the sandbox cannot encode it again
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # the sandbox's decoder rejects NaN/Infinity too
+
+
+_STRICT = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_unique_keys, parse_float=_finite)
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # maybe a lone one: the sandbox writes U+FFFD, Python keeps it
+
+
+def sandbox_loads(text: str) -> Any:
+    """Untrusted JSON text as the sandbox's decoder reads it (:func:`lua_view` of it); raises
+    Decline where the two may differ: invalid JSON (the sandbox accepts some, e.g. ``1.``),
+    duplicate keys followed by a null, numbers out of range, lone surrogates."""
+    try:
+        # orjson refuses NaN, infinities and lone surrogates; duplicate keys matter only with a null
+        value = _STRICT.decode(text) if "null" in text else orjson.loads(text)
+    except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
+        raise Decline("JSON the sandbox may read differently") from None
+    if "\\u" in text and _LONE_SURROGATE.search(text):
+        raise Decline("escaped surrogates")
+    return lua_view(value)
+
+
+def parse_args(arguments: Any) -> Any:
+    """``openai_compat.parse_args``: tool-call arguments as a table (the sandbox's view)."""
+    if type(arguments) is dict or type(arguments) is list:
+        return arguments  # a table already: the Lua returns it as it is
+    if type(arguments) is not str or arguments == "":
+        return {}
+    if arguments.lstrip(" \t\r\n")[:1] not in _JSON_STARTS:
+        return {"_raw": arguments}  # the sandbox's decoder fails on the first character: pcall gives false
+    value = sandbox_loads(arguments)  # may Decline: the Lua decides
+    if type(value) is dict or type(value) is list:
+        return value
+    return {"_raw": arguments}
+
+
+_JSON_STARTS = frozenset('{["-0123456789tfn')
+
+
+def json_string(value: Any) -> bytes:
+    """A string's JSON text (``openai_compat.json_string``)."""
+    return orjson.dumps(value)
+
+
+def request_messages(parts: RequestJSON) -> tuple[Sequence[bytes] | None, list[Any] | None]:
+    """The request's messages: their texts (cacheable), or else the decoded list (none to cache).
+    Raises Decline when the messages are not a JSON array."""
+    if parts.message_texts:
+        return parts.message_texts, None
+    doc = orjson.loads(parts.messages) if parts.messages else []
+    if type(doc) is not list:
+        raise Decline("messages is not an array")
+    return None, doc
+
+
+class MessageCache(Generic[E]):
+    """Converted messages kept by their JSON text, as ``openai_compat.message_cache`` keeps them
+    in Lua: each round of a conversation re-sends the whole history, so each message is
+    converted once. Two generations, each at most half of ``max_entries`` / ``max_bytes``:
+    a full generation retires the older one; entries still in use move to the new one.
+    An entry must depend on its message alone (context such as tool names is resolved
+    when assembling)."""
+
+    def __init__(self, max_entries: int = 4096, max_bytes: int = 8 * 1024 * 1024) -> None:
+        self._max_entries, self._max_bytes = max_entries // 2, max_bytes // 2
+        self._new: dict[bytes, tuple[E, int]] = {}
+        self._old: dict[bytes, tuple[E, int]] = {}
+        self._bytes = 0
+        self.lock = threading.Lock()  # a huge request is built in a worker thread
+
+    def _put(self, text: bytes, item: tuple[E, int]) -> None:
+        size = item[1]
+        if size > self._max_bytes:
+            return
+        if len(self._new) >= self._max_entries or self._bytes + size > self._max_bytes:
+            self._old, self._new, self._bytes = self._new, {}, 0
+        self._new[text] = item
+        self._bytes += size
+
+    def __len__(self) -> int:
+        return len(self._new) + len(self._old)
+
+    def entries(self, texts: Iterable[bytes], convert: Callable[[Any], tuple[E, int]]) -> list[E]:
+        """One entry per message text: cached, or ``convert(message)`` (the message as the
+        sandbox decodes it) returning the entry and the bytes it holds beyond the text."""
+        out: list[E] = []
+        new = self._new
+        for text in texts:
+            item = new.get(text)
+            if item is None:
+                item = self._old.pop(text, None)
+                if item is None:
+                    entry, extra = convert(lua_view(orjson.loads(text)))
+                    item = (entry, len(text) + extra + 128)
+                self._put(text, item)
+                new = self._new
+            out.append(item[0])
+        return out
+
+
+class Turns:
+    """A JSON array of turns built from content lists kept as JSON text (``openai_compat.turns``):
+    consecutive lists of one role merge into one turn. ``opening`` maps a role to its turn's
+    text up to the list (``b'{"role":"user","content":'``)."""
+
+    def __init__(self, opening: dict[str, bytes]) -> None:
+        self._opening = opening
+        self._out: list[bytes] = []
+        self._role: str | None = None
+        self._lists: list[bytes] = []
+
+    def _flush(self) -> None:
+        role, lists = self._role, self._lists
+        assert role is not None
+        merged = lists[0] if len(lists) == 1 else b"[" + b",".join(x[1:-1] for x in lists) + b"]"
+        self._out.append(self._opening[role] + merged + b"}")
+        self._role, self._lists = None, []
+
+    def add(self, role: str, content_list: bytes) -> None:
+        if role != self._role:
+            if self._role is not None:
+                self._flush()
+            self._role = role
+        self._lists.append(content_list)
+
+    def raw(self, turn: bytes) -> None:
+        if self._role is not None:
+            self._flush()
+        self._out.append(turn)
+
+    def empty(self) -> bool:
+        return not self._out and self._role is None
+
+    def text(self) -> bytes:
+        if self._role is not None:
+            self._flush()
+        return b"[" + b",".join(self._out) + b"]"
