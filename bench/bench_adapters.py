@@ -628,34 +628,42 @@ async def main() -> None:
                 print(f"{name + ' ' + size + ' ' + kind:<38} {len(body):>7} {lua_us:>9.1f} {py_us:>10.1f} "
                       f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
     print()
-    print("the shipped files of those two, whose bodies the daemon builds in the host (native_requests.py):")
-    for name in ("openai", "deepseek"):
+    print("the shipped files, whose bodies the daemon builds in the host (native_requests.py & co.):")
+    print(f"{'':<38} {'bytes':>7} {'host µs':>9} {'Python µs':>10} {'ratio':>6} {'host adds µs':>12}")
+    for name in python_of:
+        if name not in NATIVE_ADAPTERS:
+            continue
         adapter = shipped.get(name)
+        assert adapter.builtin
         actx = ctx_of(adapter)
         for size in sizes:
             convs, cold = workload(size)
             for req in convs["lua"][0]:
-                body = await adapter.build_request(request_parts(req, message_sizes=False), actx)
+                body = await adapter.build_request(request_parts(req, message_sizes=adapter.wants_message_sizes), actx)
                 assert json.loads(body) == json.loads(python_of[name](req)), f"{name}: host and Python bodies differ"
-            lua_us, py_us = await time_kind("round", adapter, actx, python_of[name], cold, convs)
-            print(f"{name + ' ' + size + ' round, host-built':<38} {'':>7} {lua_us:>9.1f} {py_us:>10.1f} "
-                  f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
+            for kind in ("cold", "round"):
+                lua_us, py_us = await time_kind(kind, adapter, actx, python_of[name], cold, convs)
+                print(f"{name + ' ' + size + ' ' + kind + ', host-built':<38} {len(body):>7} {lua_us:>9.1f} "
+                      f"{py_us:>10.1f} {lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
     print()
     print("the same round requests with the CPU caches evicted before each one (16 MB copied, not timed), as between")
     print("the LLM rounds of a real turn; the loops above keep everything cached:")
     print(f"{'':<38} {'bytes':>7} {'Lua µs':>9} {'Python µs':>10} {'ratio':>6} {'Lua adds µs':>12}")
-    for name, size, source in (("openai", "large", loader), ("openai", "large", shipped),
-                               ("anthropic", "typical", loader), ("gemini", "typical", loader)):
-        adapter = source.get(name)
-        actx = ctx_of(adapter)
-        n_msgs, n_tools, text = sizes[size]
-        convs = {side: [conversation(n_msgs, n_tools, text, f"e{next(serial)} ") for _ in range(40 * scale // ROUNDS)]
-                 for side in ("lua", "py")}
-        lua_us, py_us = await time_cache_cold(adapter, actx, python_of[name], convs)
-        size_bytes = len(await adapter.build_request(request_parts(convs["lua"][0][-1]), actx))
-        label = f"{name} {size} round, caches cold{', host-built' if adapter.builtin and name == 'openai' else ''}"
-        print(f"{label:<38} {size_bytes:>7} {lua_us:>9.1f} {py_us:>10.1f} "
-              f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
+    for name, size in (("openai", "large"), ("anthropic", "typical"), ("gemini", "typical"), ("ollama", "typical"),
+                       ("mistral", "typical")):
+        for source in (loader, shipped):
+            adapter = source.get(name)
+            if adapter.builtin and name not in NATIVE_ADAPTERS:
+                continue
+            actx = ctx_of(adapter)
+            n_msgs, n_tools, text = sizes[size]
+            convs = {side: [conversation(n_msgs, n_tools, text, f"e{next(serial)} ")
+                            for _ in range(40 * scale // ROUNDS)] for side in ("lua", "py")}
+            lua_us, py_us = await time_cache_cold(adapter, actx, python_of[name], convs)
+            size_bytes = len(await adapter.build_request(request_parts(convs["lua"][0][-1]), actx))
+            label = f"{name} {size} round, caches cold{', host-built' if adapter.builtin else ''}"
+            print(f"{label:<38} {size_bytes:>7} {lua_us:>9.1f} {py_us:>10.1f} "
+                  f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
     print()
     for name, line in OTHER_CHUNKS.items():
         adapter = loader.get(name)

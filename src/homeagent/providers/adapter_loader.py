@@ -47,6 +47,7 @@ __all__ = [
     "request_parts",
 ]
 
+_log = logging.getLogger("homeagent.providers.adapters")
 BUILTIN_DIR = Path(__file__).parent / "adapters"
 COMPAT_LIB = "_openai_compat.lua"
 STREAM_FORMATS = ("openai", "anthropic", "gemini", "ollama")  # values of an adapter's `stream_format` field
@@ -432,8 +433,16 @@ class Adapter:
         return made
 
     def _native_body(self, parts: RequestJSON) -> bytes | None:
-        """The host-built body of a shipped OpenAI-style adapter; None: the Lua builds it."""
-        return None if self._native is None else self._native(parts)
+        """The host-built body of a shipped adapter; None: the Lua builds it (also when the
+        host's builder fails: a bug there must not cost the user the adapter)."""
+        if self._native is None:
+            return None
+        try:
+            return self._native(parts)
+        except Exception as exc:  # the Lua is the reference and still works
+            _log.warning("adapter '%s': the host-built request failed (%s: %s); its Lua builds it",
+                         self.name, type(exc).__name__, exc)
+            return None
 
     async def build_request(self, parts: RequestJSON, lua_ctx: Any) -> bytes:
         """The body (UTF-8 JSON) for one request (``parts`` from :func:`request_parts`)."""

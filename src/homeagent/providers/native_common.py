@@ -40,7 +40,7 @@ __all__ = [
 
 E = TypeVar("E")
 
-LUA_EXACT_INT = 2**53  # beyond this the sandbox may read an integer as a float: never mirrored
+LUA_INT_END = 2**63  # Lua integers are int64: the sandbox reads a bigger integer as a float
 
 
 class Decline(Exception):
@@ -77,21 +77,21 @@ def mirrored(value: Any) -> bool:
     if kind is list:
         return all(v is None or mirrored(v) for v in value)  # arrays keep their nulls
     if kind is int:
-        return -LUA_EXACT_INT < value < LUA_EXACT_INT
+        return -LUA_INT_END <= value < LUA_INT_END
     return True
 
 
 def lua_view(value: Any) -> Any:
     """A decoded JSON value as the sandbox's decoder gives it to Lua: null-valued object keys
     dropped at any depth, nulls inside arrays kept (as None here, json.null there).
-    Raises Decline for integers the sandbox may not hold exactly."""
+    Raises Decline for integers the sandbox reads as floats."""
     kind = type(value)
     if kind is dict:
         return {k: lua_view(v) for k, v in value.items() if v is not None}
     if kind is list:
         return [None if v is None else lua_view(v) for v in value]
-    if kind is int and not -LUA_EXACT_INT < value < LUA_EXACT_INT:
-        raise Decline("integer beyond 2**53")
+    if kind is int and not -LUA_INT_END <= value < LUA_INT_END:
+        raise Decline("integer beyond int64")
     return value
 
 
@@ -198,6 +198,17 @@ def request_messages(parts: RequestJSON) -> tuple[Sequence[bytes] | None, list[A
     return None, doc
 
 
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")  # an integer that may be beyond int64 (or a long fraction: harmless)
+
+
+def message_view(text: bytes) -> Any:
+    """One message's JSON text (the host's own, from orjson) as the sandbox decodes it."""
+    value = orjson.loads(text)
+    if b"null" in text or _LONG_NUMBER.search(text):
+        return lua_view(value)
+    return value  # nothing to drop or to check: most messages
+
+
 class MessageCache(Generic[E]):
     """Converted messages kept by their JSON text, as ``openai_compat.message_cache`` keeps them
     in Lua: each round of a conversation re-sends the whole history, so each message is
@@ -211,6 +222,7 @@ class MessageCache(Generic[E]):
         self._new: dict[bytes, tuple[E, int]] = {}
         self._old: dict[bytes, tuple[E, int]] = {}
         self._bytes = 0
+        self.converted = 0  # messages converted so far (the misses): what the cache saves is visible
         self.lock = threading.Lock()  # a huge request is built in a worker thread
 
     def _put(self, text: bytes, item: tuple[E, int]) -> None:
@@ -235,7 +247,8 @@ class MessageCache(Generic[E]):
             if item is None:
                 item = self._old.pop(text, None)
                 if item is None:
-                    entry, extra = convert(lua_view(orjson.loads(text)))
+                    entry, extra = convert(message_view(text))
+                    self.converted += 1
                     item = (entry, len(text) + extra + 128)
                 self._put(text, item)
                 new = self._new

@@ -1,4 +1,6 @@
-"""Request bodies of the shipped OpenAI-style adapters, built by the host.
+"""Request bodies of the shipped adapters, built by the host: the registry, and the
+OpenAI-style (pass-through) ones. The restructuring adapters have a module each
+(native_anthropic.py & co.), on the helpers of native_common.py.
 
 Why: in a real turn the CPU caches are cold by the time the next LLM round
 starts, and entering Lua to build a pass-through body costs 110–170 µs there
@@ -28,10 +30,11 @@ from typing import Any
 
 import orjson
 
+from homeagent.providers.native_anthropic import native_anthropic
 from homeagent.providers.native_common import Native, decode_rest, lua_truthy, mirrored
 from homeagent.providers.request_json import RequestJSON
 
-__all__ = ["NATIVE_ADAPTERS", "native_builder"]
+__all__ = ["NATIVE_ADAPTERS", "PASS_THROUGH", "native_builder"]
 
 _REASONING_MODEL = re.compile(r"o[0-9]|gpt-5")  # openai.lua: model:match("^o%d") or model:match("^gpt%-5")
 
@@ -158,7 +161,10 @@ NATIVE_ADAPTERS: dict[str, Callable[[], Native]] = {
     "server": lambda: _compat_adapter(
         _Compat(stream_usage=True, strip=(), drop_extra=frozenset({"extra_body"})), _server_finish
     ),
+    # the restructuring adapters: each message converted once, cached by its JSON text
+    "anthropic": native_anthropic,
 }
+PASS_THROUGH = ("openai", "deepseek", "github", "groq", "kimi", "server")  # messages sent as the request has them
 
 
 def native_builder(file_stem: str) -> Native | None:
