@@ -33,6 +33,7 @@ import orjson
 from homeagent.providers.native_anthropic import native_anthropic
 from homeagent.providers.native_common import Native, decode_rest, lua_truthy, mirrored
 from homeagent.providers.native_gemini import native_gemini
+from homeagent.providers.native_mistral import native_mistral
 from homeagent.providers.request_json import RequestJSON
 
 __all__ = ["NATIVE_ADAPTERS", "PASS_THROUGH", "native_builder"]
@@ -165,6 +166,7 @@ NATIVE_ADAPTERS: dict[str, Callable[[], Native]] = {
     # the restructuring adapters: each message converted once, cached by its JSON text
     "anthropic": native_anthropic,
     "gemini": native_gemini,
+    "mistral": native_mistral,
 }
 PASS_THROUGH = ("openai", "deepseek", "github", "groq", "kimi", "server")  # messages sent as the request has them
 
