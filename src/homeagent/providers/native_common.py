@@ -148,20 +148,35 @@ def _no_constant(name: str) -> Any:
 
 
 _STRICT = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_unique_keys, parse_float=_finite)
-_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")  # maybe a lone one: the sandbox writes U+FFFD, Python keeps it
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    """Whether a decoded value holds a lone surrogate (the json module keeps one; a valid
+    escaped pair is one character by then)."""
+    kind = type(value)
+    if kind is str:
+        return _SURROGATE.search(value) is not None
+    if kind is dict:
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    if kind is list:
+        return any(_lone_surrogate(v) for v in value)
+    return False
 
 
 def sandbox_loads(text: str) -> Any:
     """Untrusted JSON text as the sandbox's decoder reads it (:func:`lua_view` of it); raises
     Decline where the two may differ: invalid JSON (the sandbox accepts some, e.g. ``1.``),
-    duplicate keys followed by a null, numbers out of range, lone surrogates."""
+    duplicate keys followed by a null, numbers out of range, lone surrogates (the sandbox
+    writes U+FFFD for one)."""
     try:
-        # orjson refuses NaN, infinities and lone surrogates; duplicate keys matter only with a null
-        value = _STRICT.decode(text) if "null" in text else orjson.loads(text)
+        if "null" not in text:  # duplicate keys read differently only with a null
+            return lua_view(orjson.loads(text))  # refuses NaN, infinities and lone surrogates
+        value = _STRICT.decode(text)
     except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
         raise Decline("JSON the sandbox may read differently") from None
-    if "\\u" in text and _LONE_SURROGATE.search(text):
-        raise Decline("escaped surrogates")
+    if "\\u" in text and _lone_surrogate(value):
+        raise Decline("a lone surrogate")
     return lua_view(value)
 
 

@@ -34,6 +34,7 @@ from homeagent.providers.native_anthropic import native_anthropic
 from homeagent.providers.native_common import Native, decode_rest, lua_truthy, mirrored
 from homeagent.providers.native_gemini import native_gemini
 from homeagent.providers.native_mistral import native_mistral
+from homeagent.providers.native_ollama import native_ollama
 from homeagent.providers.request_json import RequestJSON
 
 __all__ = ["NATIVE_ADAPTERS", "PASS_THROUGH", "native_builder"]
@@ -167,6 +168,7 @@ NATIVE_ADAPTERS: dict[str, Callable[[], Native]] = {
     "anthropic": native_anthropic,
     "gemini": native_gemini,
     "mistral": native_mistral,
+    "ollama": native_ollama,
 }
 PASS_THROUGH = ("openai", "deepseek", "github", "groq", "kimi", "server")  # messages sent as the request has them
 
