@@ -9,41 +9,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import shutil
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from homeagent.providers.adapter_loader import BUILTIN_DIR, Adapter, AdapterLoader, RequestContext, request_parts
+from homeagent.providers.adapter_loader import Adapter, AdapterLoader, RequestContext, request_parts
 from homeagent.providers.native_anthropic import native_anthropic
 from homeagent.providers.native_common import MessageCache, Native
+from tests.fakes.native_equivalence import big_ints, host_body, lua_body, texts, user_adapter, values
 
 
 @pytest.fixture(scope="module")
 def lua(tmp_path_factory: pytest.TempPathFactory) -> Adapter:
-    user = tmp_path_factory.mktemp("adapters")
-    shutil.copy(BUILTIN_DIR / "anthropic.lua", user / "anthropic.lua")
-    adapter = AdapterLoader(user_dir=user).get("anthropic")
-    assert not adapter.builtin
-    return adapter
+    return user_adapter(tmp_path_factory, "anthropic")
 
 
 @pytest.fixture(scope="module")
 def native() -> Native:
     return native_anthropic()
-
-
-def lua_body(lua: Adapter, request: dict[str, Any]) -> Any:
-    ctx = RequestContext(model=str(request.get("model")), stream=bool(request.get("stream")),
-                         thinking=bool(request.get("thinking")))
-    return json.loads(lua.build_request_sync(request_parts(request), lua.context(ctx)))
-
-
-def host_body(native: Native, request: dict[str, Any]) -> Any:
-    body = native.build(request_parts(request))
-    return None if body is None else json.loads(body)
 
 
 TOOLS = [
@@ -53,21 +38,16 @@ TOOLS = [
     {"type": "function", "function": {"name": "noop"}},
 ]
 
-texts = st.text(max_size=12)
-scalars = st.one_of(st.booleans(), st.integers(-(2**60), 2**60), st.floats(allow_nan=False, allow_infinity=False),
-                    texts, st.none())
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.sampled_from(["a", "text", "type", "url"]), inner, max_size=3), max_leaves=6)
 image_url = st.one_of(st.just("data:image/png;base64,iVBORw0K"), st.just("https://example.org/cat.png"),
-                      st.just("data:;base64,x"), st.just("data:text/plain;base64,"), texts, st.none(), st.integers(-(2**60), 2**60))
+                      st.just("data:;base64,x"), st.just("data:text/plain;base64,"), texts, st.none(), big_ints)
 part = st.one_of(
-    st.fixed_dictionaries({"type": st.just("text"), "text": st.one_of(texts, st.none(), st.integers(-(2**60), 2**60))}),
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.one_of(texts, st.none(), big_ints)}),
     st.fixed_dictionaries({"type": st.just("image_url"),
                            "image_url": st.one_of(st.fixed_dictionaries({"url": image_url}), st.just([]), texts)}),
-    texts, st.none(), st.integers(-(2**60), 2**60), st.lists(texts, max_size=2),
+    texts, st.none(), big_ints, st.lists(texts, max_size=2),
 )
 content = st.one_of(texts, st.none(), st.just(""), st.lists(part, max_size=4), st.just({"text": "x"}),
-                    st.integers(-(2**60), 2**60), st.booleans())
+                    big_ints, st.booleans())
 arguments = st.one_of(st.just('{"tz": "UTC"}'), st.just(""), st.just("not json"), st.just("[1, 2]"), st.just("7"),
                       st.just('{"a": null, "b": [null, 1]}'), st.just('{"a": 1, "a": null}'), st.just("{bad"),
                       st.just('{"x": 1.}'), st.just({"already": "decoded"}), st.none())
@@ -75,7 +55,7 @@ tool_call = st.one_of(
     st.fixed_dictionaries({"id": st.sampled_from(["call_1", "call_2"]), "type": st.just("function"),
                            "function": st.fixed_dictionaries({"name": st.sampled_from(["get_time", "noop"]),
                                                               "arguments": arguments})}),
-    st.fixed_dictionaries({}, optional={"id": st.one_of(st.none(), st.integers(-(2**60), 2**60), texts),
+    st.fixed_dictionaries({}, optional={"id": st.one_of(st.none(), big_ints, texts),
                                         "function": st.one_of(st.none(), st.just({}), texts)}),
     st.none(),
 )

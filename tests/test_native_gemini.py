@@ -7,41 +7,26 @@ runs its Lua); one builder serves every example, so its caches are exercised.
 from __future__ import annotations
 
 import json
-import shutil
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from homeagent.providers.adapter_loader import BUILTIN_DIR, Adapter, AdapterLoader, RequestContext, request_parts
+from homeagent.providers.adapter_loader import Adapter, request_parts
 from homeagent.providers.native_common import MessageCache, Native
 from homeagent.providers.native_gemini import native_gemini
+from tests.fakes.native_equivalence import big_ints, host_body, lua_body, scalars, texts, user_adapter, values
 
 
 @pytest.fixture(scope="module")
 def lua(tmp_path_factory: pytest.TempPathFactory) -> Adapter:
-    user = tmp_path_factory.mktemp("adapters")
-    shutil.copy(BUILTIN_DIR / "gemini.lua", user / "gemini.lua")
-    adapter = AdapterLoader(user_dir=user).get("gemini")
-    assert not adapter.builtin
-    return adapter
+    return user_adapter(tmp_path_factory, "gemini")
 
 
 @pytest.fixture(scope="module")
 def native() -> Native:
     return native_gemini()
-
-
-def lua_body(lua: Adapter, request: dict[str, Any]) -> Any:
-    ctx = RequestContext(model=str(request.get("model")), stream=bool(request.get("stream")),
-                         thinking=bool(request.get("thinking")))
-    return json.loads(lua.build_request_sync(request_parts(request), lua.context(ctx)))
-
-
-def host_body(native: Native, request: dict[str, Any]) -> Any:
-    body = native.build(request_parts(request))
-    return None if body is None else json.loads(body)
 
 
 TOOLS = [
@@ -60,11 +45,6 @@ TOOLS = [
     {"name": "bare", "description": "no function wrapper", "parameters": {"type": "object", "properties": {}}},
 ]
 
-texts = st.text(max_size=12)
-big_ints = st.integers(-(2**60), 2**60)
-scalars = st.one_of(st.booleans(), big_ints, st.floats(allow_nan=False, allow_infinity=False), texts, st.none())
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.sampled_from(["a", "text", "type", "url"]), inner, max_size=3), max_leaves=6)
 image_url = st.one_of(st.just("data:image/png;base64,iVBORw0K"), st.just("https://example.org/cat.png"),
                       st.just("data:;base64,x"), st.just("data:text/plain;base64,"), st.just("data:a;b;base64,x\ny"),
                       st.just("data:é/x;base64,ü"), texts, st.none(), big_ints, st.just({"u": 1}))

@@ -7,41 +7,26 @@ runs its Lua); one builder serves every example, so its message cache is exercis
 from __future__ import annotations
 
 import json
-import shutil
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from homeagent.providers.adapter_loader import BUILTIN_DIR, Adapter, AdapterLoader, RequestContext, request_parts
+from homeagent.providers.adapter_loader import Adapter, request_parts
 from homeagent.providers.native_common import Decline, MessageCache, Native
 from homeagent.providers.native_mistral import native_mistral, short_id
+from tests.fakes.native_equivalence import big_ints, host_body, lua_body, texts, user_adapter, values
 
 
 @pytest.fixture(scope="module")
 def lua(tmp_path_factory: pytest.TempPathFactory) -> Adapter:
-    user = tmp_path_factory.mktemp("adapters")
-    shutil.copy(BUILTIN_DIR / "mistral.lua", user / "mistral.lua")
-    adapter = AdapterLoader(user_dir=user).get("mistral")
-    assert not adapter.builtin
-    return adapter
+    return user_adapter(tmp_path_factory, "mistral")
 
 
 @pytest.fixture(scope="module")
 def native() -> Native:
     return native_mistral()
-
-
-def lua_body(lua: Adapter, request: dict[str, Any]) -> Any:
-    ctx = RequestContext(model=str(request.get("model")), stream=bool(request.get("stream")),
-                         thinking=bool(request.get("thinking")))
-    return json.loads(lua.build_request_sync(request_parts(request), lua.context(ctx)))
-
-
-def host_body(native: Native, request: dict[str, Any]) -> Any:
-    body = native.build(request_parts(request))
-    return None if body is None else json.loads(body)
 
 
 def tool(name: str) -> dict[str, Any]:
@@ -51,11 +36,6 @@ def tool(name: str) -> dict[str, Any]:
 
 TOOLS = [tool(name) for name in ("get_time", "search", "read_file", "write_file", "noop")]
 
-texts = st.text(max_size=12)
-big_ints = st.integers(-(2**63), 2**64 - 1)  # what orjson writes; beyond int64 the sandbox reads floats
-scalars = st.one_of(st.booleans(), big_ints, st.floats(allow_nan=False, allow_infinity=False), texts, st.none())
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.sampled_from(["a", "text", "type", "url"]), inner, max_size=3), max_leaves=6)
 ids: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from(["call_1", "abcDEF123", "abc_EF123", "ABCDEFGHI", "123456789", "12345678", "1234567890",
                      "call_9f2Kx0aQ7bLm3ZpR1tYw", "", "ééé", "a\x00bcdefgh"]),

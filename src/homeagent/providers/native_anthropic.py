@@ -14,24 +14,25 @@ not an integer, values the sandbox would read back differently (see native_commo
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from homeagent.providers.native_common import (
+    DATA_URL,
     Decline,
     MessageCache,
     Native,
+    ToolsCache,
     Turns,
     decode_rest,
+    dumps,
     lua_text_of,
     lua_truthy,
     lua_view,
     mirrored,
     parse_args,
-    request_messages,
     splice,
 )
 from homeagent.providers.request_json import RequestJSON
@@ -39,11 +40,9 @@ from homeagent.providers.request_json import RequestJSON
 __all__ = ["native_anthropic"]
 
 DEFAULT_MAX_TOKENS = 8192
-_DATA_URL = re.compile(r"data:([^;]+);base64,(.*)\Z", re.S)  # anthropic.lua: "^data:([^;]+);base64,(.*)$"
 _TURN = {"user": b'{"role":"user","content":', "assistant": b'{"role":"assistant","content":'}
 _CONTINUED = b'{"role":"user","content":[{"type":"text","text":"(continued)"}]}'
 _EXTRA_KEYS = ("top_p", "top_k", "stop_sequences", "metadata", "service_tier")
-_TOOLS_CACHED = 8
 
 
 @dataclass(slots=True)
@@ -67,10 +66,6 @@ class _Entry:
         return self.with_think
 
 
-def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
-
-
 def _user_blocks(content: Any) -> list[dict[str, Any]]:
     if content is None or content is False:
         content = ""
@@ -89,7 +84,7 @@ def _user_blocks(content: Any) -> list[dict[str, Any]]:
                 url = ""
             if type(url) is not str:
                 raise Decline("image url Lua would tostring")
-            data = _DATA_URL.match(url)
+            data = DATA_URL.match(url)
             if data:
                 blocks.append({"type": "image", "source": {"type": "base64", "media_type": data[1], "data": data[2]}})
             else:
@@ -133,20 +128,20 @@ def _convert_one(m: Any) -> tuple[_Entry, int]:
         reasoning, signature = m.get("reasoning_content"), m.get("reasoning_signature")
         think = None
         if type(reasoning) is str and type(signature) is str:
-            think = _dumps({"type": "thinking", "thinking": reasoning, "signature": signature})
+            think = dumps({"type": "thinking", "thinking": reasoning, "signature": signature})
         text = lua_text_of(m.get("content"))
         blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
         blocks += _tool_uses(m.get("tool_calls"))
-        encoded = _dumps(blocks) if blocks else None
+        encoded = dumps(blocks) if blocks else None
         entry = _Entry(mrole=role, role="assistant", json=encoded, think=think,
                        calls=lua_truthy(m.get("tool_calls")), signed=lua_truthy(signature))
         return entry, 2 * len(think or b"") + 2 * len(encoded or b"")
     if role == "tool":
         text = lua_text_of(m.get("content")) or "(no output)"
         result = {"type": "tool_result", "tool_use_id": m.get("tool_call_id"), "content": text}
-        encoded = _dumps([{k: v for k, v in result.items() if v is not None}])
+        encoded = dumps([{k: v for k, v in result.items() if v is not None}])
         return _Entry(mrole=role, role="user", json=encoded), 2 * len(encoded)
-    encoded = _dumps(_user_blocks(m.get("content")))
+    encoded = dumps(_user_blocks(m.get("content")))
     return _Entry(mrole=role, role="user", json=encoded), 2 * len(encoded)
 
 
@@ -214,22 +209,13 @@ def _convert_tools(text: bytes) -> bytes:
         converted = {"name": lua_view(fn.get("name")), "description": lua_view(fn.get("description")),
                      "input_schema": {"type": "object", "properties": {}} if params is None else params}
         out.append({k: v for k, v in converted.items() if v is not None})
-    return _dumps(out)
+    return dumps(out)
 
 
 def native_anthropic(cache: MessageCache[Any] | None = None) -> Native:
     """A builder with its own caches (per-message conversions and converted tools)."""
     cache = MessageCache() if cache is None else cache
-    tools_cache: dict[bytes, bytes] = {}
-
-    def tools_json(text: bytes) -> bytes:
-        hit = tools_cache.get(text)
-        if hit is None:
-            hit = _convert_tools(text)
-            if len(tools_cache) >= _TOOLS_CACHED:
-                tools_cache.clear()
-            tools_cache[text] = hit
-        return hit
+    tools_json = ToolsCache(_convert_tools)
 
     def build(parts: RequestJSON) -> bytes | None:
         req = decode_rest(parts.rest)
@@ -237,11 +223,7 @@ def native_anthropic(cache: MessageCache[Any] | None = None) -> Native:
             return None
         try:
             with cache.lock:
-                texts, decoded = request_messages(parts)
-                if texts is not None:
-                    entries = cache.entries(texts, _convert_one)
-                else:
-                    entries = [_convert_one(lua_view(m))[0] for m in decoded or ()]
+                entries = cache.convert(parts, _convert_one)
                 thinking = lua_truthy(req.get("thinking")) and _thinking_possible(entries)
                 system, messages = _assemble(entries, thinking)
                 tools = tools_json(parts.tools) if parts.tools else None

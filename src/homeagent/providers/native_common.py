@@ -23,18 +23,20 @@ import orjson
 from homeagent.providers.request_json import RequestJSON
 
 __all__ = [
+    "DATA_URL",
     "Decline",
     "MessageCache",
     "Native",
+    "ToolsCache",
     "Turns",
     "decode_rest",
+    "dumps",
     "json_string",
     "lua_text_of",
     "lua_truthy",
     "lua_view",
     "mirrored",
     "parse_args",
-    "request_messages",
     "splice",
 ]
 
@@ -252,6 +254,15 @@ class MessageCache(Generic[E]):
     def __len__(self) -> int:
         return len(self._new) + len(self._old)
 
+    def convert(self, parts: RequestJSON, convert: Callable[[Any], tuple[E, int]]) -> list[E]:
+        """One entry per message of the request (``convert`` as for :meth:`entries`); without
+        message texts each message is converted and nothing is kept, as in the Lua.
+        Raises Decline when the messages are not a JSON array."""
+        texts, decoded = request_messages(parts)
+        if texts is not None:
+            return self.entries(texts, convert)
+        return [convert(lua_view(m))[0] for m in decoded or ()]
+
     def entries(self, texts: Iterable[bytes], convert: Callable[[Any], tuple[E, int]]) -> list[E]:
         """One entry per message text: cached, or ``convert(message)`` (the message as the
         sandbox decodes it) returning the entry and the bytes it holds beyond the text."""
@@ -269,6 +280,32 @@ class MessageCache(Generic[E]):
                 new = self._new
             out.append(item[0])
         return out
+
+
+class ToolsCache:
+    """Converted tools JSON by the request's tools JSON text, as the Lua adapters keep it:
+    the same tools list is sent every round of a conversation. A few entries; emptied when full."""
+
+    def __init__(self, convert: Callable[[bytes], bytes], size: int = 8) -> None:
+        self._convert, self._size = convert, size
+        self._known: dict[bytes, bytes] = {}
+
+    def __call__(self, text: bytes) -> bytes:
+        hit = self._known.get(text)
+        if hit is None:
+            hit = self._convert(text)
+            if len(self._known) >= self._size:
+                self._known.clear()
+            self._known[text] = hit
+        return hit
+
+
+DATA_URL = re.compile(r"data:([^;]+);base64,(.*)\Z", re.S)  # the adapters' "^data:([^;]+);base64,(.*)$" (bytes, . = any)
+
+
+def dumps(value: Any) -> bytes:
+    """JSON text of a converted value (integer keys written as strings, as the Lua encoder does)."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
 
 class Turns:

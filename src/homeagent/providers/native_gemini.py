@@ -18,34 +18,33 @@ differently (see native_common).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from homeagent.providers.native_common import (
+    DATA_URL,
     Decline,
     MessageCache,
     Native,
+    ToolsCache,
     Turns,
     decode_rest,
+    dumps,
     json_string,
     lua_text_of,
     lua_truthy,
     lua_view,
     parse_args,
-    request_messages,
     splice,
 )
 from homeagent.providers.request_json import RequestJSON
 
 __all__ = ["native_gemini"]
 
-_DATA_URL = re.compile(r"data:([^;]+);base64,(.*)\Z", re.S)  # gemini.lua: "^data:([^;]+);base64,(.*)$"
 _TURN = {"user": b'{"role":"user","parts":', "model": b'{"role":"model","parts":'}
 _MODES = {"auto": "AUTO", "required": "ANY", "none": "NONE"}
-_TOOLS_CACHED = 8
 _SCHEMA_KEYS = frozenset({
     "type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties", "required",
     "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf", "propertyOrdering",
@@ -74,10 +73,6 @@ class _Entry:
         if type(name) is str:
             self.for_name, self.parts = name, parts
         return parts
-
-
-def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _id_key(value: Any) -> Any:
@@ -117,7 +112,7 @@ def _user_parts(content: Any) -> list[dict[str, Any]]:
             image = p.get("image_url")
             if p.get("type") == "image_url" and (type(image) is dict or type(image) is list):
                 url = image.get("url") if type(image) is dict else None
-                data = _DATA_URL.match(url) if type(url) is str else None  # tostring of the rest never matches
+                data = DATA_URL.match(url) if type(url) is str else None  # tostring of the rest never matches
                 if data:
                     parts.append({"inlineData": {"mimeType": data[1], "data": data[2]}})
             elif type(p.get("text")) is str:
@@ -148,7 +143,7 @@ def _assistant(m: dict[str, Any]) -> tuple[_Entry, int]:
         parts.append({"functionCall": call_part})
     if not parts:
         return _Entry(), 0
-    encoded = _dumps(parts)
+    encoded = dumps(parts)
     return _Entry(role="model", json=encoded, names=tuple(names)), 2 * len(encoded)
 
 
@@ -159,17 +154,17 @@ def _convert_one(m: Any) -> tuple[_Entry, int]:
         text = lua_text_of(m.get("content"))
         if not text:
             return _Entry(), 0
-        encoded = _dumps({"text": text})
+        encoded = dumps({"text": text})
         return _Entry(system=True, json=encoded), 2 * len(encoded)
     if role == "assistant":
         return _assistant(m)
     if role == "tool":
         name = m.get("name")
-        encoded = _dumps({"content": lua_text_of(m.get("content"))})
+        encoded = dumps({"content": lua_text_of(m.get("content"))})
         entry = _Entry(role="user", json=encoded, tool=True, tool_id=_id_key(m.get("tool_call_id")),
                        fallback=name if lua_truthy(name) else "tool")
         return entry, 2 * len(encoded)
-    encoded = _dumps(_user_parts(m.get("content")))
+    encoded = dumps(_user_parts(m.get("content")))
     return _Entry(role="user", json=encoded), 2 * len(encoded)
 
 
@@ -257,22 +252,13 @@ def _convert_tools(text: bytes) -> bytes:
         fn = _fields(fn, "a tool's function") if lua_truthy(fn) else tool
         decl = {"name": fn.get("name"), "description": fn.get("description"), "parameters": _schema(fn.get("parameters"))}
         decls.append({k: v for k, v in decl.items() if v is not None})
-    return _dumps([{"functionDeclarations": decls}])
+    return dumps([{"functionDeclarations": decls}])
 
 
 def native_gemini(cache: MessageCache[_Entry] | None = None) -> Native:
     """A builder with its own caches (per-message conversions and converted tools)."""
     messages_cache: MessageCache[_Entry] = MessageCache() if cache is None else cache
-    tools_cache: dict[bytes, bytes] = {}
-
-    def tools_json(text: bytes) -> bytes:
-        hit = tools_cache.get(text)
-        if hit is None:
-            hit = _convert_tools(text)
-            if len(tools_cache) >= _TOOLS_CACHED:
-                tools_cache.clear()
-            tools_cache[text] = hit
-        return hit
+    tools_json = ToolsCache(_convert_tools)
 
     def build(parts: RequestJSON) -> bytes | None:
         req = decode_rest(parts.rest)
@@ -280,11 +266,7 @@ def native_gemini(cache: MessageCache[_Entry] | None = None) -> Native:
             return None
         try:
             with messages_cache.lock:
-                texts, decoded = request_messages(parts)
-                if texts is not None:
-                    entries = messages_cache.entries(texts, _convert_one)
-                else:
-                    entries = [_convert_one(lua_view(m))[0] for m in decoded or ()]
+                entries = messages_cache.convert(parts, _convert_one)
                 instruction, contents = _assemble(entries)
                 tools = tools_json(parts.tools) if parts.tools else None
             return _body(req, instruction, contents, tools)

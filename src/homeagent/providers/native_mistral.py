@@ -30,7 +30,6 @@ from homeagent.providers.native_common import (
     decode_rest,
     lua_truthy,
     lua_view,
-    request_messages,
     splice,
 )
 from homeagent.providers.request_json import RequestJSON
@@ -145,11 +144,7 @@ def native_mistral(cache: MessageCache[bytes] | None = None) -> Native:
         try:
             body = _body(req, bool(parts.tools))
             with cache.lock:
-                texts, decoded = request_messages(parts)
-                if texts is not None:
-                    entries = cache.entries(texts, _convert_one)
-                else:
-                    entries = [_convert_one(lua_view(m))[0] for m in decoded or ()]
+                entries = cache.convert(parts, _convert_one)
                 messages = b"[" + b",".join(entries) + b"]"
         except Decline:
             return None

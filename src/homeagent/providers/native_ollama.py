@@ -21,13 +21,13 @@ that are not an array; values the sandbox reads differently (see native_common).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from homeagent.providers.native_common import (
+    DATA_URL,
     Decline,
     MessageCache,
     Native,
@@ -36,14 +36,12 @@ from homeagent.providers.native_common import (
     lua_truthy,
     lua_view,
     parse_args,
-    request_messages,
     splice,
 )
 from homeagent.providers.request_json import RequestJSON
 
 __all__ = ["native_ollama"]
 
-_DATA_URL = re.compile(r"data:[^;]+;base64,(.*)\Z", re.S)  # ollama.lua: "^data:[^;]+;base64,(.*)$"
 _BODY_KEYS = frozenset({"format", "keep_alive"})  # extra keys that go to the body, not to options
 
 
@@ -70,9 +68,9 @@ def _images(content: Any) -> list[str] | None:
             if type(image) is dict:
                 url = image.get("url")
                 # tostring() of a non-string never starts with "data:": no image either way
-                data = _DATA_URL.match(url) if type(url) is str else None
+                data = DATA_URL.match(url) if type(url) is str else None
                 if data:
-                    images.append(data[1])
+                    images.append(data[2])
     return images or None
 
 
@@ -211,11 +209,7 @@ def native_ollama(cache: MessageCache[_Entry] | None = None) -> Native:
         try:
             body, raw = _body(req, parts.tools)
             with cache.lock:
-                texts, decoded = request_messages(parts)
-                if texts is not None:
-                    entries = cache.entries(texts, _convert_one)
-                else:
-                    entries = [_convert_one(lua_view(m))[0] for m in decoded or ()]
+                entries = cache.convert(parts, _convert_one)
                 raw["messages"] = _assemble(entries)
         except Decline:
             return None
