@@ -215,13 +215,16 @@ def request_messages(parts: RequestJSON) -> tuple[Sequence[bytes] | None, list[A
     return None, doc
 
 
-_LONG_NUMBER = re.compile(rb"[0-9]{19}")  # an integer that may be beyond int64 (or a long fraction: harmless)
+# 19 digits in a row: an integer that may be beyond int64 (or a long fraction: checked, harmless).
+# A translate and a substring search: ~10x faster than the regex [0-9]{19}.
+_DIGITS_AS_ZERO = bytes(48 if 48 <= i < 58 else 32 for i in range(256))
+_LONG_NUMBER = b"0" * 19
 
 
 def message_view(text: bytes) -> Any:
     """One message's JSON text (the host's own, from orjson) as the sandbox decodes it."""
     value = orjson.loads(text)
-    if b"null" in text or _LONG_NUMBER.search(text):
+    if b"null" in text or _LONG_NUMBER in text.translate(_DIGITS_AS_ZERO):
         return lua_view(value)
     return value  # nothing to drop or to check: most messages
 
