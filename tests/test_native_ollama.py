@@ -16,7 +16,16 @@ from hypothesis import strategies as st
 from homeagent.providers.adapter_loader import Adapter, request_parts
 from homeagent.providers.native_common import MessageCache, Native
 from homeagent.providers.native_ollama import native_ollama
-from tests.fakes.native_equivalence import big_ints, host_body, lua_body, scalars, texts, user_adapter, values
+from tests.fakes.native_equivalence import (
+    big_ints,
+    host_body,
+    lua_body,
+    plain_values,
+    scalars,
+    texts,
+    user_adapter,
+    values,
+)
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +149,7 @@ daemon_requests = st.fixed_dictionaries(
     {"model": st.sampled_from(["llama3.2", "qwen3:8b"]), "messages": st.lists(daemon_message, max_size=8),
      "stream": st.booleans(), "thinking": st.booleans()},
     optional={"tools": st.just(TOOLS), "tool_choice": rest["tool_choice"], "temperature": st.floats(0, 2),
-              "max_tokens": st.integers(1, 100_000), "extra": st.dictionaries(extra_keys, values, max_size=4)},
+              "max_tokens": st.integers(1, 100_000), "extra": st.dictionaries(extra_keys, plain_values, max_size=4)},
 )
 
 

@@ -43,3 +43,8 @@ big_ints = st.integers(-(2**63), 2**64 - 1)  # what orjson writes; beyond int64 
 scalars = st.one_of(st.booleans(), big_ints, st.floats(allow_nan=False, allow_infinity=False), texts, st.none())
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
                       | st.dictionaries(st.sampled_from(["a", "text", "type", "url"]), inner, max_size=3), max_leaves=6)
+# what the daemon's own requests hold: no nulls inside objects, integers well inside int64
+plain_values = st.recursive(
+    st.one_of(st.booleans(), st.integers(-(2**53), 2**53), st.floats(allow_nan=False, allow_infinity=False), texts),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(["a", "text", "type"]), inner, max_size=3),
+    max_leaves=6)
