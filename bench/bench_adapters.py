@@ -16,9 +16,10 @@ declare a ``stream_format``: their plain delta chunks are parsed by the host
 (``openai_chunk_fast`` & co.), the rest by Lua. Everything runs on one event loop, as
 in the daemon; both sides are timed in the same run.
 
-The shipped OpenAI-style adapters' request bodies are built by the host in the daemon
-(``native_requests.py``); to time their Lua, this bench loads the same files as a user's
-adapters (which always run their Lua) and prints the host-built bodies as extra rows.
+The shipped adapters' request bodies are built by the host in the daemon
+(``native_requests.py``, ``native_<name>.py``); to time their Lua, this bench loads the same
+files as a user's adapters (which always run their Lua: what a user's own adapter costs) and
+prints the host-built bodies, as the daemon makes them, as extra rows.
 """
 
 from __future__ import annotations
