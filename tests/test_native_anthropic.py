@@ -209,7 +209,8 @@ def test_a_failing_host_build_falls_back_to_the_lua(caplog: pytest.LogCaptureFix
     assert shipped.builtin
     request = {"model": "m", "stream": False, "messages": [{"role": "user", "content": "hi"}]}
     parts = request_parts(request)
-    broken = dataclasses.replace(parts, message_texts=(b'{"role": "user", "content": "hi"',))  # not JSON
+    # texts that do not match the messages: the host's builder fails (IndexError), the Lua reads the sizes
+    broken = dataclasses.replace(parts, message_texts=(*parts.message_texts, b'{"role": "user", "content": "hi"'))
     ctx = shipped.context(RequestContext(model="m", stream=False, thinking=False))
     with caplog.at_level(logging.WARNING, logger="homeagent.providers.adapters"):
         body = json.loads(shipped.build_request_sync(broken, ctx))

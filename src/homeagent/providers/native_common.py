@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -258,31 +258,45 @@ class MessageCache(Generic[E]):
         return len(self._new) + len(self._old)
 
     def convert(self, parts: RequestJSON, convert: Callable[[Any], tuple[E, int]]) -> list[E]:
-        """One entry per message of the request (``convert`` as for :meth:`entries`); without
-        message texts each message is converted and nothing is kept, as in the Lua.
-        Raises Decline when the messages are not a JSON array."""
+        """One entry per message of the request: cached by the message's JSON text, or
+        ``convert(message)`` (the message as the sandbox decodes it) returning the entry and
+        the bytes it holds beyond the text. Without message texts each message is converted
+        and nothing is kept, as in the Lua. Raises Decline when the messages are not an array."""
         texts, decoded = request_messages(parts)
-        if texts is not None:
-            return self.entries(texts, convert)
-        return [convert(lua_view(m))[0] for m in decoded or ()]
-
-    def entries(self, texts: Iterable[bytes], convert: Callable[[Any], tuple[E, int]]) -> list[E]:
-        """One entry per message text: cached, or ``convert(message)`` (the message as the
-        sandbox decodes it) returning the entry and the bytes it holds beyond the text."""
-        out: list[E] = []
+        if texts is None:
+            return [convert(lua_view(m))[0] for m in decoded or ()]
+        out: list[Any] = []
+        misses: list[int] = []
         new = self._new
-        for text in texts:
+        for i, text in enumerate(texts):
             item = new.get(text)
             if item is None:
                 item = self._old.pop(text, None)
                 if item is None:
-                    entry, extra = convert(message_view(text))
-                    self.converted += 1
-                    item = (entry, len(text) + extra + 128)
-                self._put(text, item)
+                    misses.append(i)
+                    out.append(None)
+                    continue
+                self._put(text, item)  # still in use: moves to the new generation
                 new = self._new
             out.append(item[0])
+        if misses:
+            self._convert_misses(parts, texts, misses, out, convert)
         return out
+
+    def _convert_misses(self, parts: RequestJSON, texts: Sequence[bytes], misses: list[int], out: list[Any],
+                        convert: Callable[[Any], tuple[E, int]]) -> None:
+        plain: list[Any] | None = None
+        if len(misses) * 3 >= len(texts):
+            # many new messages (a conversation's first request): one decode and one check for the list
+            whole = parts.messages
+            if b"null" not in whole and _LONG_NUMBER not in whole.translate(_DIGITS_AS_ZERO):
+                plain = orjson.loads(whole)
+        for i in misses:
+            text = texts[i]
+            entry, extra = convert(plain[i] if plain is not None else message_view(text))
+            self.converted += 1
+            self._put(text, (entry, len(text) + extra + 128))
+            out[i] = entry
 
 
 class ToolsCache:
