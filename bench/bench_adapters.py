@@ -38,7 +38,7 @@ from typing import Any
 import orjson
 
 from homeagent.providers.adapter_loader import BUILTIN_DIR, Adapter, AdapterLoader, RequestContext, request_parts
-from homeagent.providers.native_requests import NATIVE_ADAPTERS
+from homeagent.providers.native_requests import NATIVE_ADAPTERS, native_builder
 
 
 def make_request(n_messages: int, n_tools: int, text: int, tag: str = "") -> dict[str, Any]:
@@ -484,6 +484,31 @@ async def time_kind(kind: str, adapter: Adapter, actx: Any, py_transform: Callab
     return results[0], results[1]
 
 
+def time_cold_empty(name: str, py_transform: Callable[[dict[str, Any]], str],
+                    cold: dict[str, list[dict[str, Any]]]) -> tuple[float, float]:
+    """µs per request (median), host builder with an empty message cache and Python: a
+    conversation's first request after the daemon started (its tools converted before, as
+    the Python side keeps them)."""
+    results = []
+    for side in ("lua", "py"):
+        took = []
+        for req in cold[side]:
+            if side == "lua":
+                native = native_builder(name)
+                assert native is not None
+                native.build(request_parts({**req, "messages": []}))  # the tools, not timed
+                start = time.perf_counter()
+                body = native.build(request_parts(req, message_sizes=native.message_texts))
+                took.append(time.perf_counter() - start)
+                assert body is not None, f"{name}: the host declined"
+            else:
+                start = time.perf_counter()
+                py_transform(req)
+                took.append(time.perf_counter() - start)
+        results.append(statistics.median(took) * 1e6)
+    return results[0], results[1]
+
+
 _TRASH_FROM, _TRASH_TO = bytearray(16 * 1024 * 1024), bytearray(16 * 1024 * 1024)
 
 
@@ -630,6 +655,9 @@ async def main() -> None:
                       f"{lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
     print()
     print("the shipped files, whose bodies the daemon builds in the host (native_requests.py & co.):")
+    print("  cold, empty cache:    a conversation's first request after a start (the tools were converted before)")
+    print("  cold, cache churning: as 'cold' above: hundreds of never-seen histories through one adapter, its")
+    print("                        message cache full and turning over (memory traffic; the worst case)")
     print(f"{'':<38} {'bytes':>7} {'host µs':>9} {'Python µs':>10} {'ratio':>6} {'host adds µs':>12}")
     for name in python_of:
         if name not in NATIVE_ADAPTERS:
@@ -642,9 +670,13 @@ async def main() -> None:
             for req in convs["lua"][0]:
                 body = await adapter.build_request(request_parts(req, message_sizes=adapter.wants_message_sizes), actx)
                 assert json.loads(body) == json.loads(python_of[name](req)), f"{name}: host and Python bodies differ"
+            fresh_us, py_us = time_cold_empty(name, python_of[name], cold)
+            print(f"{name + ' ' + size + ' cold, empty cache':<38} {len(body):>7} {fresh_us:>9.1f} "
+                  f"{py_us:>10.1f} {fresh_us / py_us:>6.1f} {fresh_us - py_us:>12.1f}")
             for kind in ("cold", "round"):
                 lua_us, py_us = await time_kind(kind, adapter, actx, python_of[name], cold, convs)
-                print(f"{name + ' ' + size + ' ' + kind + ', host-built':<38} {len(body):>7} {lua_us:>9.1f} "
+                label = "cold, cache churning" if kind == "cold" else kind
+                print(f"{name + ' ' + size + ' ' + label:<38} {len(body):>7} {lua_us:>9.1f} "
                       f"{py_us:>10.1f} {lua_us / py_us:>6.1f} {lua_us - py_us:>12.1f}")
     print()
     print("the same round requests with the CPU caches evicted before each one (16 MB copied, not timed), as between")

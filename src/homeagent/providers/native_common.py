@@ -16,6 +16,8 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import groupby
+from operator import itemgetter
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -151,6 +153,7 @@ def _no_constant(name: str) -> Any:
 
 _STRICT = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_unique_keys, parse_float=_finite)
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_LONG_DIGITS = re.compile("[0-9]{19}")  # a number that may be beyond int64 (texts here are short)
 
 
 def _lone_surrogate(value: Any) -> bool:
@@ -173,7 +176,8 @@ def sandbox_loads(text: str) -> Any:
     writes U+FFFD for one)."""
     try:
         if "null" not in text:  # duplicate keys read differently only with a null
-            return lua_view(orjson.loads(text))  # refuses NaN, infinities and lone surrogates
+            value = orjson.loads(text)  # refuses NaN, infinities and lone surrogates
+            return lua_view(value) if _LONG_DIGITS.search(text) else value  # else nothing to drop or check
         value = _STRICT.decode(text)
     except (ValueError, RecursionError):  # orjson.JSONDecodeError is a ValueError
         raise Decline("JSON the sandbox may read differently") from None
@@ -328,37 +332,33 @@ def dumps(value: Any) -> bytes:
 class Turns:
     """A JSON array of turns built from content lists kept as JSON text (``openai_compat.turns``):
     consecutive lists of one role merge into one turn. ``opening`` maps a role to its turn's
-    text up to the list (``b'{"role":"user","content":'``)."""
+    text up to the list (``b'{"role":"user","content":'``). Lists are only collected until
+    :meth:`text` (one pass: a method call per message is most of the cost)."""
 
     def __init__(self, opening: dict[str, bytes]) -> None:
         self._opening = opening
-        self._out: list[bytes] = []
-        self._role: str | None = None
-        self._lists: list[bytes] = []
-
-    def _flush(self) -> None:
-        role, lists = self._role, self._lists
-        assert role is not None
-        merged = lists[0] if len(lists) == 1 else b"[" + b",".join(x[1:-1] for x in lists) + b"]"
-        self._out.append(self._opening[role] + merged + b"}")
-        self._role, self._lists = None, []
+        self._items: list[tuple[str | None, bytes]] = []  # (role, content list); None: a whole turn
 
     def add(self, role: str, content_list: bytes) -> None:
-        if role != self._role:
-            if self._role is not None:
-                self._flush()
-            self._role = role
-        self._lists.append(content_list)
+        self._items.append((role, content_list))
 
     def raw(self, turn: bytes) -> None:
-        if self._role is not None:
-            self._flush()
-        self._out.append(turn)
+        self._items.append((None, turn))
 
     def empty(self) -> bool:
-        return not self._out and self._role is None
+        return not self._items
 
     def text(self) -> bytes:
-        if self._role is not None:
-            self._flush()
-        return b"[" + b",".join(self._out) + b"]"
+        out: list[bytes] = []
+        opening = self._opening
+        for role, group in groupby(self._items, key=_first):
+            if role is None:
+                out.extend(turn for _, turn in group)
+                continue
+            lists = [content for _, content in group]
+            merged = lists[0] if len(lists) == 1 else b"[" + b",".join([x[1:-1] for x in lists]) + b"]"
+            out.append(opening[role] + merged + b"}")
+        return b"[" + b",".join(out) + b"]"
+
+
+_first = itemgetter(0)
