@@ -34,6 +34,7 @@ __all__ = [
     "decode_rest",
     "dumps",
     "json_string",
+    "lua_fields",
     "lua_text_of",
     "lua_truthy",
     "lua_view",
@@ -115,6 +116,17 @@ def splice(body: dict[str, Any], raw: dict[str, bytes]) -> bytes:
     if not tail:
         return head
     return (head[:-1] + tail + b"}") if len(head) > 2 else (b"{" + tail[1:] + b"}")
+
+
+def lua_fields(value: Any, what: str) -> dict[str, Any]:
+    """A decoded value whose fields Lua reads: an object's, or none (json.null and arrays
+    have no named fields). Strings, numbers and booleans decline (indexing them reads the
+    string library or fails)."""
+    if type(value) is dict:
+        return value
+    if value is None or type(value) is list:
+        return {}
+    raise Decline(f"{what} that is not an object")
 
 
 def lua_text_of(content: Any) -> str:

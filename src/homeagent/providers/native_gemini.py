@@ -33,6 +33,7 @@ from homeagent.providers.native_common import (
     decode_rest,
     dumps,
     json_string,
+    lua_fields,
     lua_text_of,
     lua_truthy,
     lua_view,
@@ -86,15 +87,6 @@ def _id_key(value: Any) -> Any:
     return value  # strings; numbers (1 and 1.0 are one key in both languages)
 
 
-def _fields(value: Any, what: str) -> dict[str, Any]:
-    """A decoded value whose fields Lua reads: an object's, or none (null, an array)."""
-    if type(value) is dict:
-        return value
-    if value is None or type(value) is list:
-        return {}
-    raise Decline(f"{what} that is not an object")
-
-
 def _user_parts(content: Any) -> list[dict[str, Any]]:
     if content is None or content is False:
         return [{"text": ""}]
@@ -132,9 +124,9 @@ def _assistant(m: dict[str, Any]) -> tuple[_Entry, int]:
         raise Decline("tool_calls Lua cannot iterate the same way")
     names = []
     for tc in calls:
-        call = _fields(tc, "a tool call")
+        call = lua_fields(tc, "a tool call")
         fn = call.get("function")
-        fn = _fields(fn if lua_truthy(fn) else None, "a tool call's function")
+        fn = lua_fields(fn if lua_truthy(fn) else None, "a tool call's function")
         name = fn.get("name")
         names.append((_id_key(call.get("id")), name))
         call_part: dict[str, Any] = {"args": parse_args(fn.get("arguments"))}
@@ -148,7 +140,7 @@ def _assistant(m: dict[str, Any]) -> tuple[_Entry, int]:
 
 
 def _convert_one(m: Any) -> tuple[_Entry, int]:
-    m = _fields(m, "a message")  # json.null or an array: every field nil
+    m = lua_fields(m, "a message")  # json.null or an array: every field nil
     role = m.get("role")
     if role == "system" or role == "developer":
         text = lua_text_of(m.get("content"))
@@ -247,9 +239,9 @@ def _convert_tools(text: bytes) -> bytes:
         raise Decline("tools that are not an array")
     decls = []
     for t in tools:
-        tool = _fields(t, "a tool")
+        tool = lua_fields(t, "a tool")
         fn = tool.get("function")
-        fn = _fields(fn, "a tool's function") if lua_truthy(fn) else tool
+        fn = lua_fields(fn, "a tool's function") if lua_truthy(fn) else tool
         decl = {"name": fn.get("name"), "description": fn.get("description"), "parameters": _schema(fn.get("parameters"))}
         decls.append({k: v for k, v in decl.items() if v is not None})
     return dumps([{"functionDeclarations": decls}])

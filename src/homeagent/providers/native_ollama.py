@@ -32,6 +32,7 @@ from homeagent.providers.native_common import (
     MessageCache,
     Native,
     decode_rest,
+    lua_fields,
     lua_text_of,
     lua_truthy,
     lua_view,
@@ -83,15 +84,6 @@ def _id(value: Any) -> str:
     return value
 
 
-def _fields(value: Any, what: str) -> dict[str, Any]:
-    """A table to read fields of: json.null and arrays have none; strings and numbers decline."""
-    if type(value) is dict:
-        return value
-    if value is None or type(value) is list:
-        return {}
-    raise Decline(f"{what} that is not a table")
-
-
 def _tool_calls(calls: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     if type(calls) is dict:
         return [], {}  # ipairs over an object yields nothing
@@ -100,9 +92,9 @@ def _tool_calls(calls: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     out: list[dict[str, Any]] = []
     names: dict[str, Any] = {}
     for call in calls:
-        tc = _fields(call, "a tool call")
+        tc = lua_fields(call, "a tool call")
         fn = tc.get("function")
-        fn = _fields(fn if lua_truthy(fn) else None, "a tool call's function")
+        fn = lua_fields(fn if lua_truthy(fn) else None, "a tool call's function")
         name = fn.get("name")
         names[_id(tc.get("id"))] = name
         converted: dict[str, Any] = {"arguments": parse_args(fn.get("arguments"))}
@@ -113,7 +105,7 @@ def _tool_calls(calls: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 
 def _convert_one(m: Any) -> tuple[_Entry, int]:
-    m = _fields(m, "a message")
+    m = lua_fields(m, "a message")
     role = m.get("role")
     content = m.get("content")
     msg: dict[str, Any] = {"content": lua_text_of(content)}
