@@ -28,10 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from homeagent.providers.native_anthropic import native_anthropic
-from homeagent.providers.native_common import Native, decode_rest, lua_truthy, mirrored
+from homeagent.providers.native_common import Native, decode_rest, lua_truthy, mirrored, splice
 from homeagent.providers.native_gemini import native_gemini
 from homeagent.providers.native_mistral import native_mistral
 from homeagent.providers.native_ollama import native_ollama
@@ -84,9 +82,7 @@ def _join(body: dict[str, Any], messages: bytes, tools: bytes) -> bytes:
     has_tools = "tools" in body and body["tools"] is None
     if has_tools:
         del body["tools"]
-    head = orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
-    tail = b',"messages":' + messages + (b',"tools":' + tools if has_tools else b"") + b"}"
-    return (head[:-1] + tail) if len(head) > 2 else (b"{" + tail[1:])
+    return splice(body, {"messages": messages, "tools": tools} if has_tools else {"messages": messages})
 
 
 Finish = Callable[[dict[str, Any], dict[str, Any]], None]  # (body, request) -> None: an adapter's own last steps
