@@ -26,7 +26,7 @@ import httpx
 import orjson
 
 from homeagent.lua.runtime import HttpPolicy, LuaError, LuaJSONError, LuaSandbox
-from homeagent.providers.native_requests import native_builder
+from homeagent.providers.native_requests import native_builder, openai_request
 from homeagent.providers.request_json import RequestJSON, request_parts
 
 __all__ = [
@@ -350,9 +350,15 @@ class Adapter:
             raise LuaError(f"field 'stream_format' is {fmt!r}, expected one of: {', '.join(STREAM_FORMATS)}")
         self.stream_format: str = str(fmt or "")
         self._fast = _fast_parser(self.stream_format)
-        # The shipped OpenAI-style adapters' bodies are built by the host (same JSON as their
-        # transform_request; see native_requests.py). A user's file always runs its Lua.
-        native = native_builder(path.stem) if builtin else None
+        # The shipped adapters' bodies are built by the host (same JSON as their transform_request;
+        # see native_requests.py). A user's file runs its Lua, unless it declares request_format.
+        options = _request_options(sandbox, table)
+        if builtin:
+            native = native_builder(path.stem)
+        elif options is not None:  # request_format = "openai": the host writes openai_compat.request's body
+            native = openai_request(options)
+        else:
+            native = None
         self._native = native.build if native is not None else None
         # the per-message texts key the message caches (Lua's json.items and the host's):
         # the host-built pass-through bodies need none
@@ -714,6 +720,8 @@ class AdapterLoader:
             message = exc.message if chunk in exc.message else f"{chunk}: {exc.message}"
             raise AdapterError(message, path=str(path), location=exc.location) from None
         _check_shape(sandbox, table, chunk, path)
+        if table["request_format"] is not None:
+            _declared_request(sandbox, table, compat_globals, chunk, path)
         try:
             return Adapter(sandbox, table, path, builtin=builtin, mtime_ns=mtime_ns)
         except LuaError as exc:
@@ -758,8 +766,11 @@ def _check_shape(sandbox: LuaSandbox, table: Any, chunk: str, path: Path) -> Non
 
     if lua_type(table) != "table":
         raise AdapterError(f"{chunk}: the script must return a table (got {lua_type(table)})", path=str(path))
+    declared = table["request_format"] is not None
     rules = {
-        "transform_request": ("function",),
+        "transform_request": ("nil",) if declared else ("function",),
+        "request_format": ("string", "nil"),
+        "request_options": ("table", "nil"),
         "transform_response": ("function",),
         "transform_stream_chunk": ("function", "nil"),
         "endpoint": ("string", "function"),
@@ -772,9 +783,66 @@ def _check_shape(sandbox: LuaSandbox, table: Any, chunk: str, path: Path) -> Non
     for key, allowed in rules.items():
         actual = lua_type(table[key])
         if actual not in allowed:
+            if key == "transform_request" and declared:
+                raise AdapterError(f"{chunk}: give either 'transform_request' or 'request_format', not both",
+                                   path=str(path))
             want = " or ".join(a for a in allowed if a != "nil")
             missing = "is missing" if actual == "nil" else f"is a {actual}"
             raise AdapterError(f"{chunk}: field '{key}' {missing}, expected a {want}", path=str(path))
+
+
+REQUEST_FORMATS = ("openai",)  # values of an adapter's `request_format` field
+# request_options: what openai_compat.request takes (name -> the Lua type it must have)
+_REQUEST_OPTIONS = {"stream_usage": "boolean", "strip": "set", "max_tokens_field": "string", "extra": "boolean",
+                    "drop_extra": "set"}
+
+
+def _request_options(sandbox: LuaSandbox, table: Any) -> dict[str, Any] | None:
+    """A checked ``request_format = "openai"`` adapter's ``request_options`` as Python values
+    (sets as lists of names); None when the adapter declares no request format."""
+    if table["request_format"] is None:
+        return None
+    options = table["request_options"]
+    out: dict[str, Any] = {}
+    if options is None:
+        return out
+    for key, value in options.items():
+        if _REQUEST_OPTIONS.get(key) == "set":
+            out[key] = [str(name) for name in value.keys()]
+        else:
+            out[key] = value
+    return out
+
+
+def _declared_request(sandbox: LuaSandbox, table: Any, compat_globals: dict[str, Any], chunk: str,
+                      path: Path) -> None:
+    """Checks ``request_format`` / ``request_options`` and gives the adapter the Lua transform they
+    stand for (``openai_compat.request(req, request_options)``): the host writes the same body, and
+    the Lua builds what the host declines."""
+    fmt = table["request_format"]
+    if fmt not in REQUEST_FORMATS:
+        raise AdapterError(f"{chunk}: field 'request_format' is {fmt!r}, expected one of: {', '.join(REQUEST_FORMATS)}",
+                           path=str(path))
+    if "openai_compat" not in compat_globals:
+        raise AdapterError(f"{chunk}: 'request_format' needs {COMPAT_LIB}, which is missing", path=str(path))
+    options = table["request_options"]
+    for key, value in (options.items() if options is not None else ()):
+        want = _REQUEST_OPTIONS.get(key) if isinstance(key, str) else None
+        if want is None:
+            raise AdapterError(f"{chunk}: request_options.{key} is not an option; known: {', '.join(_REQUEST_OPTIONS)}",
+                               path=str(path))
+        if want == "set":
+            ok = sandbox._table_type(value) == "table" and all(
+                isinstance(k, str) and v is True for k, v in value.items())
+            if not ok:
+                raise AdapterError(f"{chunk}: request_options.{key} must be a table of names set to true, "
+                                   'e.g. {reasoning_content = true}', path=str(path))
+        elif not isinstance(value, bool if want == "boolean" else str) or (want == "string" and not value):
+            raise AdapterError(f"{chunk}: request_options.{key} must be a {want}", path=str(path))
+    make = sandbox.load("return function(t) local o = t.request_options "
+                        "t.transform_request = function(req) return openai_compat.request(req, o) end end",
+                        "homeagent/request_format", globals=compat_globals)
+    sandbox.call(make, table)
 
 
 # ------------------------------------------------------------ stream fast path

@@ -35,7 +35,7 @@ from homeagent.providers.native_mistral import native_mistral
 from homeagent.providers.native_ollama import native_ollama
 from homeagent.providers.request_json import RequestJSON
 
-__all__ = ["NATIVE_ADAPTERS", "PASS_THROUGH", "native_builder"]
+__all__ = ["NATIVE_ADAPTERS", "PASS_THROUGH", "native_builder", "openai_request"]
 
 _REASONING_MODEL = re.compile(r"o[0-9]|gpt-5")  # openai.lua: model:match("^o%d") or model:match("^gpt%-5")
 
@@ -48,6 +48,7 @@ class _Compat:
     strip: tuple[bytes, ...] = (b'"reasoning_content"',)
     max_tokens_field: str = "max_tokens"
     drop_extra: frozenset[str] = frozenset()
+    merge_extra: bool = True  # opts.extra ~= false
 
 
 def _compat_body(rest: dict[str, Any], tools: bytes, opts: _Compat) -> dict[str, Any] | None:
@@ -65,7 +66,7 @@ def _compat_body(rest: dict[str, Any], tools: bytes, opts: _Compat) -> dict[str,
         body[opts.max_tokens_field] = rest["max_tokens"]
     if lua_truthy(rest.get("stream")) and opts.stream_usage:
         body["stream_options"] = {"include_usage": True}
-    extra = rest.get("extra")
+    extra = rest.get("extra") if opts.merge_extra else None
     if extra is not None:
         if type(extra) is not dict or "messages" in extra or not mirrored(extra):
             return None
@@ -167,6 +168,19 @@ NATIVE_ADAPTERS: dict[str, Callable[[], Native]] = {
     "ollama": native_ollama,
 }
 PASS_THROUGH = ("openai", "deepseek", "github", "groq", "kimi", "server")  # messages sent as the request has them
+
+
+def openai_request(options: dict[str, Any]) -> Native:
+    """The host-built body of a user adapter that declares ``request_format = "openai"``: what
+    ``openai_compat.request(req, options)`` makes (options checked by the loader)."""
+    strip = options.get("strip")
+    return _compat_adapter(_Compat(
+        stream_usage=bool(options.get("stream_usage")),
+        strip=(b'"reasoning_content"',) if strip is None else tuple(f'"{k}"'.encode() for k in strip),
+        max_tokens_field=options.get("max_tokens_field") or "max_tokens",
+        drop_extra=frozenset(options.get("drop_extra") or ()),
+        merge_extra=options.get("extra") is not False,
+    ))
 
 
 def native_builder(file_stem: str) -> Native | None:
