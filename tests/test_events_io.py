@@ -15,28 +15,29 @@ from homeagent.memory.textlog import TextLog
 from homeagent.sdk.types import ToolDef
 
 
-async def test_slow_subscriber_never_blocks_the_publisher() -> None:
-    baseline_bus = EventBus(history=50)
+def publish_time(bus: EventBus, start: int) -> float:
     started = time.perf_counter()
-    for i in range(5000):
-        baseline_bus.publish("tick", {"i": i})
-    baseline = time.perf_counter() - started
+    for i in range(start, start + 5000):
+        bus.publish("tick", {"i": i})
+    return time.perf_counter() - started
+
+
+async def test_slow_subscriber_never_blocks_the_publisher() -> None:
+    # best of 3 on each side: a VM pause in one pass must not fail the test (seen in CI: one 0.45 s pass)
+    baseline = min(publish_time(EventBus(history=50), 0) for _ in range(3))
     bus = EventBus(history=50)
     stuck = bus.subscribe(maxsize=10, name="stuck")  # never reads
-    fast = bus.subscribe(types=["tick"], maxsize=10_000, name="fast")
-    started = time.perf_counter()
-    for i in range(5000):
-        bus.publish("tick", {"i": i})
-    elapsed = time.perf_counter() - started
+    fast = bus.subscribe(types=["tick"], maxsize=20_000, name="fast")
+    elapsed = min(publish_time(bus, 5000 * k) for k in range(3))
     # a stuck subscriber costs the publisher no more than a couple of deque appends per event
     assert elapsed < 4 * baseline + 0.05, (elapsed, baseline)
-    assert stuck.dropped == 4990
+    assert stuck.dropped == 14990  # 3 passes of 5000, 10 kept
     first = await asyncio.wait_for(stuck.get(), 1)
-    assert first.data["i"] == 4990  # the oldest were dropped, the newest kept
+    assert first.data["i"] == 14990  # the oldest were dropped, the newest kept
     assert fast.dropped == 0
-    assert len(bus.recent(after_id=4990)) == 10  # replay ring for Last-Event-ID
+    assert len(bus.recent(after_id=14990)) == 10  # replay ring for Last-Event-ID
     stats = {s["name"]: s for s in bus.stats()}
-    assert stats["stuck"]["dropped"] == 4990
+    assert stats["stuck"]["dropped"] == 14990
     await bus.close()
 
 
