@@ -166,19 +166,25 @@ async def test_to_messages(tmp_path: Path, embedder: UseEmbedder) -> None:
     assert ctx.to_messages(limit=0) == []
 
 
-async def test_save_is_debounced_atomic_and_reloads(tmp_path: Path, embedder: UseEmbedder) -> None:
-    ctx = make_ctx(tmp_path, embedder, None, save_delay=0.1)
-    ctx.append(ContextEvent(kind="user", input="第一条 🎉", ts=BASE, id="e1"))
-    assert not ctx.path.exists()
-    await asyncio.sleep(0.4)
-    assert [e.id for e in parse_context_file(ctx.path.read_bytes())] == ["e1"]
-    ctx.append(ContextEvent(kind="user", input="bad \udcff surrogate", ts=BASE + 1, id="e2"))
+async def test_changes_are_journaled_at_once_and_compacted_atomically(tmp_path: Path, embedder: UseEmbedder) -> None:
+    ctx = make_ctx(tmp_path, embedder, None)
+    journal = ctx.path.with_name("context.journal")
+    await ctx.aappend(ContextEvent(kind="user", input="第一条 🎉", ts=BASE, id="e1"))
+    assert not ctx.path.exists() and b'"e1"' in journal.read_bytes()  # durable in the journal, no snapshot yet
+    assert [e.id for e in make_ctx(tmp_path, embedder, None, read_only=True).timeline()] == ["e1"]
+    ctx.append(ContextEvent(kind="user", input="plain append", ts=BASE + 0.5, id="e15"))
+    await asyncio.sleep(0.3)  # a plain append is fsynced in the background, nobody has to await it
+    assert b'"e15"' in journal.read_bytes() and not ctx._journal.pending()
+    await ctx.flush()  # snapshot, journal emptied
+    assert journal.read_bytes() == b"" and [e.id for e in parse_context_file(ctx.path.read_bytes())] == ["e1", "e15"]
+    ctx.append(ContextEvent(kind="user", input="bad \udcff surrogate", ts=BASE + 1, id="e2", meta={"by": "x\udcff"}))
     await ctx.close()
-    assert ctx.path.with_name("context.json.bak").exists()
+    assert ctx.path.with_name("context.json.bak").exists() and journal.read_bytes() == b""
     with pytest.raises(RuntimeError):
         ctx.append(ContextEvent())
     again = make_ctx(tmp_path, embedder, None)
-    assert [e.input for e in again.timeline()] == ["第一条 🎉", "bad \ufffd surrogate"]
+    assert [e.input for e in again.timeline()] == ["第一条 🎉", "plain append", "bad \ufffd surrogate"]
+    assert again.timeline()[-1].meta == {"by": "x\ufffd"}
     assert not _files(tmp_path, "memory/*.tmp")
 
 

@@ -7,13 +7,18 @@ keeps the newest ``keep_recent`` events unconditionally and fills the rest of
 fused); everything else sinks into L2 with its original timestamp, so
 nothing is forgotten, only moved out of the prompt.
 
-The window is saved as JSON, debounced (5 s) and atomically (tmp + fsync +
-rename, the previous good copy kept as ``.bak``): a crash loses at most the
-debounce window and never leaves a half-written file. ``flush()`` makes
-everything appended so far durable.
+Every change is durable at once: it is a line in the append-only journal
+``context.journal`` (``memory/journal.py``), fsynced in a worker thread;
+``aappend``/``durable()`` return only when it is on disk. ``context.json`` is
+a snapshot written atomically (tmp + fsync + rename, the previous good copy
+kept as ``.bak``) when the journal grows past its threshold and at close;
+loading is snapshot + journal replay, so a kill -9 at any moment loses
+nothing that was acknowledged and never leaves a half-written file.
 
-``append`` is cheap and synchronous (no I/O, no embedding); ``prune``,
-``flush`` and ``close`` are coroutines that do their work in a worker thread.
+``append`` is cheap and synchronous (no I/O, no embedding: it queues the
+journal record and starts a background fsync); ``aappend``, ``durable``,
+``prune``, ``flush`` and ``close`` are coroutines that do their I/O in a
+worker thread.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import numpy as np
 from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.documents import DocDraft, DocumentStore
 from homeagent.memory.embedder import Embedder
+from homeagent.memory.journal import ContextJournal, encode_json, journal_path
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.retrieval import HybridIndex
 
@@ -134,7 +140,7 @@ class RelevanceContext:
         self.top_k = top_k
         self.keep_recent = min(keep_recent, top_k)
         self.analyzer = analyzer or (docs.analyzer if docs is not None else Analyzer())
-        self.save_delay = save_delay
+        self.save_delay = save_delay  # no longer used (the journal makes each change durable at once); kept for callers
         self.log = log or logging.getLogger(__name__)
         self.read_only = read_only
         self._lock = threading.RLock()  # events and index
@@ -148,6 +154,7 @@ class RelevanceContext:
         self._saved_gen = 0
         self._save_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._journal = ContextJournal(journal_path(self.path), log=self.log, read_only=read_only)
         self._load()
 
     # -- timeline ----------------------------------------------------------------------
@@ -173,7 +180,17 @@ class RelevanceContext:
             pos = bisect.bisect_right(self._ts_keys, event.ts)
             self._events.insert(pos, event)
             self._ts_keys.insert(pos, event.ts)
+            self._journal.add(event.to_dict())  # under the lock: the journal's order is the window's
         self._mark_dirty()
+
+    async def aappend(self, event: ContextEvent) -> None:
+        """``append`` and return once the event is on disk (journal fsynced in a worker thread)."""
+        self.append(event)
+        await self.durable()
+
+    async def durable(self) -> None:
+        """Return once every change so far is on disk (one fsync shared by all waiters)."""
+        await self._journal.wait()
 
     def to_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
         """The timeline as OpenAI-shape chat messages, oldest first (``limit``: only the last N messages).
@@ -258,6 +275,7 @@ class RelevanceContext:
             for event_id in gone:
                 self._index.remove(event_id)
                 self._memtext.pop(event_id, None)
+            self._journal.remove(sorted(gone))
             kept = list(self._events)
         return kept, True
 
@@ -331,19 +349,24 @@ class RelevanceContext:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            return  # no loop (a worker thread or the CLI): the caller flushes
+            return  # no loop (a worker thread or the CLI): the caller awaits durable() or flushes
         if self._save_task is None or self._save_task.done():
-            self._save_task = loop.create_task(self._delayed_save())
+            self._save_task = loop.create_task(self._background_sync())
 
-    async def _delayed_save(self) -> None:
-        await asyncio.sleep(self.save_delay)
+    async def _background_sync(self) -> None:
+        """fsync the journal for changes nobody awaits (``append``, prune); compact once it is past its threshold."""
         try:
-            await asyncio.to_thread(self.save_sync)
+            while self._journal.pending():
+                await asyncio.to_thread(self._journal.sync)
+            if self._journal.needs_compaction():
+                await asyncio.to_thread(self.save_sync)
         except Exception as exc:
-            self.log.error("context: saving %s failed (%s: %s); will retry", self.path, type(exc).__name__, exc)
+            self.log.error(
+                "context: writing %s failed (%s: %s); will retry on the next change", self.path, type(exc).__name__, exc
+            )
 
     async def flush(self) -> None:
-        """Write everything appended so far to disk (atomic); returns when it is durable."""
+        """Write a snapshot of everything appended so far (atomic) and empty the journal; returns when durable."""
         task = self._save_task
         if task is not None and not task.done():
             task.cancel()
@@ -351,6 +374,7 @@ class RelevanceContext:
                 await task
         self._save_task = None
         await asyncio.to_thread(self.save_sync)
+        await self.durable()
 
     async def close(self) -> None:
         """Flush and stop accepting events."""
@@ -358,9 +382,10 @@ class RelevanceContext:
             return
         await self.flush()
         self._closed = True
+        await asyncio.to_thread(self._journal.close)
 
     def save_sync(self) -> None:
-        """Write the timeline now if it changed since the last save."""
+        """Compact: write the snapshot now if anything changed since the last one, then drop the journal lines it holds."""
         if self.read_only:
             return
         with self._io_lock:
@@ -368,13 +393,15 @@ class RelevanceContext:
                 gen = self._gen
                 if gen == self._saved_gen and self.path.exists():
                     return
+                seq = self._journal.seq  # records are queued under this lock: the snapshot holds exactly 1..seq
                 payload = {
                     "version": FILE_VERSION,
                     "saved_at": time.time(),
+                    "journal_seq": seq,
                     "events": [e.to_dict() for e in self._events],
                 }
-            data = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-            atomic_write(self.path, data)
+            atomic_write(self.path, encode_json(payload))
+            self._journal.drop_through(seq)
             self._saved_gen = gen
 
     def _load(self) -> None:
@@ -384,10 +411,11 @@ class RelevanceContext:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         events: list[ContextEvent] | None = None
+        snap_seq = 0
         problem = ""
         if self.path.exists():
             try:
-                events = parse_context_file(self.path.read_bytes())
+                events, snap_seq = parse_context_snapshot(self.path.read_bytes())
             except (OSError, ValueError) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
                 if not self.read_only:
@@ -396,7 +424,7 @@ class RelevanceContext:
                     self.log.error("context: %s is unreadable (%s); moved it to %s", self.path, problem, aside.name)
         if events is None and bak.exists():
             try:
-                events = parse_context_file(bak.read_bytes())
+                events, snap_seq = parse_context_snapshot(bak.read_bytes())
                 self.log.warning(
                     "context: restored %d events from %s%s",
                     len(events),
@@ -409,13 +437,20 @@ class RelevanceContext:
                 self.log.error("context: backup %s is unreadable too (%s); starting empty", bak, exc)
         if events is None:
             events = []
-        events.sort(key=lambda e: e.ts)
+        events, replayed = self._journal.load_onto(events, snap_seq, ContextEvent.from_dict)
+        if replayed:
+            self._gen += 1  # the next save (at the latest at close) compacts the journal into the snapshot
         self._events = events
         self._ts_keys = [e.ts for e in events]
 
 
 def parse_context_file(data: bytes) -> list[ContextEvent]:
     """Events of a context file; raises ValueError (with the reason) on anything malformed."""
+    return parse_context_snapshot(data)[0]
+
+
+def parse_context_snapshot(data: bytes) -> tuple[list[ContextEvent], int]:
+    """Events of a context file and the last journal record it holds (0 for files written before the journal)."""
     try:
         doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -425,7 +460,7 @@ def parse_context_file(data: bytes) -> list[ContextEvent]:
     if not isinstance(doc, dict) or not isinstance(doc.get("events"), list):
         raise ValueError("not a context file (no 'events' list)")
     try:
-        return [ContextEvent.from_dict(d) for d in doc["events"]]
+        return [ContextEvent.from_dict(d) for d in doc["events"]], int(doc.get("journal_seq", 0) or 0)
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"malformed event ({type(exc).__name__}: {exc})") from None
 
@@ -463,7 +498,8 @@ class ContextTurnMemory:
 
     ``history`` prunes against the new input and returns the window as chat
     messages; ``record`` appends the turn's user and agent events (tool output
-    of ``no_memory`` tools is marked so it is never embedded or archived).
+    of ``no_memory`` tools is marked so it is never embedded or archived) and
+    returns once they are durable (one journal fsync for both).
     """
 
     def __init__(self, context: RelevanceContext) -> None:
@@ -489,3 +525,4 @@ class ContextTurnMemory:
         if getattr(turn, "reply", "") or outputs:
             self.context.append(ContextEvent(kind="agent", response=getattr(turn, "reply", ""), tool_outputs=outputs,
                                              ts=ts + 0.001, meta=dict(meta), **common))
+        await self.context.durable()  # on disk before the turn ends: the next turn never starts on unsaved memory
