@@ -193,3 +193,40 @@ def test_kill_9_at_any_moment_loses_nothing_acknowledged(tmp_path: Path) -> None
         assert not list(tmp_path.glob("context.json.corrupt-*"))
         journal = path.with_name("context.journal")
         assert not journal.exists() or journal.read_bytes()[-1:] in (b"", b"\n")
+
+
+async def test_doc_query_makes_l1_durable_before_removing_from_l2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from homeagent.memory.documents import DocumentStore
+    from homeagent.memory.tools import doc_tools
+
+    docs = DocumentStore(tmp_path / "documents.db", None)
+    try:
+        doc_id = docs.commit("The spare key is under the blue flower pot.", "spare key")
+        ctx = ctx_at(tmp_path / "context.json")
+        handlers = {d.name: h for d, h in doc_tools(ctx, docs)}
+
+        async def crash() -> None:  # the process dies before the journal fsync returned
+            raise OSError("killed")
+
+        monkeypatch.setattr(ctx, "durable", crash)
+        with pytest.raises(OSError):
+            await handlers["doc_query"]({"query": "spare key flower pot"})
+        assert docs.get(doc_id) is not None  # still in L2: not acknowledged, not removed
+        monkeypatch.undo()
+
+        fresh = ctx_at(tmp_path / "context2.json")
+        handlers = {d.name: h for d, h in doc_tools(fresh, docs)}
+        result = await handlers["doc_query"]({"query": "spare key flower pot"})
+        assert result["count"] == 1 and docs.get(doc_id) is None
+        # no close: a restart right now still has the document, in L1
+        recalled = [e for e in ctx_at(tmp_path / "context2.json").timeline() if e.kind == "cold_storage"]
+        assert [e.meta["doc_id"] for e in recalled] == [doc_id]
+        # two concurrent calls: one document moves once
+        docs.commit("The bicycle pump is in the garage.", "pump")
+        a, b = await asyncio.gather(*(handlers["doc_query"]({"query": "bicycle pump garage"}) for _ in range(2)))
+        assert a["count"] + b["count"] == 1
+        assert sum(e.meta.get("summary") == "pump" for e in fresh.timeline()) == 1
+    finally:
+        docs.close()

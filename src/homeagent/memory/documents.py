@@ -449,6 +449,18 @@ class DocumentStore:
             self._trim_removed_log()
             return n == 1
 
+    def remove_many(self, ids: Sequence[str]) -> list[str]:
+        """Delete documents in one transaction; returns the ids that were there (``doc_query`` after L1 holds them)."""
+        with self._lock:
+            self._sync_if_loaded()
+            unique = list(dict.fromkeys(ids))
+            with self._tx():
+                taken = [i for i in unique if self._conn.execute("DELETE FROM docs WHERE id = ?", (i,)).rowcount == 1]
+            self._after_own_write()
+            self._forget(unique)
+            self._trim_removed_log()
+            return taken
+
     def _forget(self, ids: Sequence[str]) -> None:
         for doc_id in ids:
             self._seq_of.pop(doc_id, None)

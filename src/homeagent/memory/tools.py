@@ -5,15 +5,19 @@ context window as recalled (cold_storage) events at their original time, so
 the model sees them in the timeline and, if they stop being relevant, they
 sink back into L2 unchanged. Its own output is not embedded again (its
 cleaner returns ""), because the recalled events already carry that text.
+
+The move is crash-safe: the documents are found without removing them,
+journaled into L1 (fsynced), and only then deleted from L2.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from homeagent.memory.context import ContextEvent, RelevanceContext
-from homeagent.memory.documents import DocumentStore, excerpt, iso
+from homeagent.memory.documents import Doc, DocumentStore, excerpt, iso
 from homeagent.sdk.types import ToolDef
 
 ToolHandlerFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -27,8 +31,21 @@ def _drop(_: str) -> str:
 
 def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[ToolDef, ToolHandlerFn]]:
     """``[(ToolDef, handler), ...]`` for ``doc_query`` and ``doc_commit``; handlers take the validated args."""
+    consuming = asyncio.Lock()  # two doc_query calls never move one document into L1 twice
 
     async def doc_query(args: dict[str, Any]) -> dict[str, Any]:
+        async with consuming:
+            return await recall(args)
+
+    async def take_from_l2(found: list[Doc]) -> list[Doc]:
+        """Delete from L2 what L1 now holds durably: a kill -9 before this leaves a copy in both, never in neither."""
+        await context.durable()
+        if not found:
+            return found
+        taken = set(await asyncio.to_thread(docs.remove_many, [d.id for d in found]))
+        return [d for d in found if d.id in taken]  # one removed meanwhile (the CLI) stays as a harmless L1 copy
+
+    async def recall(args: dict[str, Any]) -> dict[str, Any]:
         query = str(args.get("query", "")).strip()
         if not query:
             return {"isError": True, "content": "doc_query needs a non-empty 'query'"}
@@ -37,7 +54,7 @@ def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[Tool
         except (TypeError, ValueError):
             return {"isError": True, "content": "'top_k' must be an integer"}
         top_k = max(1, min(top_k, MAX_TOP_K))
-        found = await docs.aconsume(query, top_k)
+        found = await docs.aquery(query, top_k, touch=False)  # found, not yet removed: L1 first
         for d in found:
             context.append(
                 ContextEvent(
@@ -48,6 +65,7 @@ def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[Tool
                     meta={"doc_id": d.id, "summary": d.summary, "tags": d.tags, "doc_source": d.source},
                 )
             )
+        found = await take_from_l2(found)
         return {
             "count": len(found),
             "documents": [
