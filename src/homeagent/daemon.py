@@ -309,6 +309,8 @@ class Daemon:
         self._last_input = ""
 
         async def remember_raw(ctx: StageContext) -> None:
+            # ctx.no_memory here is the turn's final decision (injected flag, a handler's, or a
+            # no_memory tool called in the turn): the turn runner sets it before after_output.
             if ctx.raw_message and not ctx.no_memory:
                 self._last_input = ctx.raw_message
                 await self.distiller.record(ctx.raw_message, session=ctx.channel, speaker=ctx.user_id)

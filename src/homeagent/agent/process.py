@@ -19,6 +19,16 @@ Cancellation rules (written down because they are easy to get wrong):
   ``interrupted`` result instead of raising.
 * Interrupts arriving while tools run do not cancel the tools; their text
   reaches the model before its next call.
+
+Privacy (``no_memory``) is decided per turn, once, by the host: a turn is
+``no_memory`` when its input was injected so, when an ``on_input`` or
+``pre_action`` handler set ``ctx.no_memory``, or when the model called a tool
+declared ``no_memory`` (even one that was denied or cut off: what the model
+wanted from it is private). The host sets ``ctx.no_memory`` itself as soon as
+that is known, so later stages (``after_output`` feeds the rule distiller)
+see it although their handlers may not write it; the turn record then goes
+to the context window marked ``no_memory`` (never embedded, never archived)
+and nothing of the turn is written to the text log.
 """
 
 from __future__ import annotations
@@ -111,6 +121,7 @@ class _Turn:
     source: str = ""
     rounds: int = 0
     values: TurnValues = field(default_factory=TurnValues)
+    no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
 
     async def frame(self, frame: dict[str, Any]) -> None:
         sink = self.message.sink
@@ -312,6 +323,8 @@ class TurnRunner:
         self, ctx: StageContext, turn: _Turn, calls: list[ToolCall], messages: list[dict[str, Any]]
     ) -> list[ToolResult]:
         done: dict[str, ToolResult] = {}
+        if any(self._no_memory_tool(c.name) for c in calls):
+            self._mark_no_memory(ctx, turn)  # before the tools run: their stages and a cut-off turn see it
 
         async def run_one(call: ToolCall) -> ToolResult:
             result = await self._run_one(ctx, turn, call)
@@ -364,6 +377,8 @@ class TurnRunner:
             ctx.tool_results.append(result)
         text = result_text(result)
         memory_text = self.tools.memory_text(result)
+        if memory_text is None:
+            self._mark_no_memory(ctx, turn)
         turn.tool_outputs.append(ToolOutput(call.name, text, memory_text))
         shown = text if len(text) <= 2000 else text[:2000] + "…"
         turn.tool_log.append({"tool": call.name, "status": result.status, "arguments": call.arguments, "result": shown})
@@ -384,10 +399,26 @@ class TurnRunner:
         )
         return result
 
+    def _no_memory_tool(self, name: str) -> bool:
+        tdef = self.tools.get(name)
+        return tdef is not None and tdef.no_memory
+
+    @staticmethod
+    def _mark_no_memory(ctx: StageContext, turn: _Turn) -> None:
+        """The host's own write of ``ctx.no_memory`` (handlers of later stages may not write it)."""
+        turn.no_memory_tool = True
+        ctx.no_memory = True
+
+    @staticmethod
+    def _effective_no_memory(ctx: StageContext, turn: _Turn) -> bool:
+        """The turn's one privacy decision: any of the three sources; a handler cannot clear the injected flag."""
+        return turn.message.no_memory or ctx.no_memory or turn.no_memory_tool
+
     async def _end(
         self, ctx: StageContext, turn: _Turn, final: str, *, interrupted: bool = False, error: str = ""
     ) -> TurnResult:
         message = turn.message
+        no_memory = ctx.no_memory = self._effective_no_memory(ctx, turn)
         if ctx.response is not None:  # a stage short-circuited: straight to delivery and after_output
             final = ctx.final_text = ctx.response
         elif not error and not interrupted:
@@ -417,7 +448,7 @@ class TurnRunner:
                         channel=message.channel,
                         source=message.source,
                         user_id=ctx.user_id,
-                        no_memory=message.no_memory,
+                        no_memory=no_memory,
                         tool_outputs=turn.tool_outputs,
                         ts=message.ts,
                         input_id=message.id,
@@ -425,7 +456,7 @@ class TurnRunner:
                 )
             except Exception:
                 log.exception("recording turn %s in memory failed", message.id)
-        if self.textlog is not None:
+        if self.textlog is not None and not no_memory:  # a no_memory turn is not logged at all
             self.textlog.append("user", ctx.raw_message, channel=message.channel, id=message.id, source=message.source)
             self.textlog.append(
                 "assistant",

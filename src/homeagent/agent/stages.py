@@ -30,9 +30,12 @@ Choices beyond the SDK matrix (the matrix itself is :data:`WRITABLE`):
 
 * ``extra`` and ``errors`` are writable in every stage; ``memory`` and
   ``no_memory`` in ``on_input`` and ``pre_action`` (later the memory has been
-  used already). ``tool_call`` (the call being executed) is writable in
-  ``before_toolcall`` — deny with ``ctx.tool_call.denied = True`` and
-  ``deny_reason``, or change ``arguments``; ``tool_result`` in ``after_toolcall``.
+  used already). The host itself still sets ``no_memory`` later, on the
+  shared context, when the model calls a ``no_memory`` tool (agent/process.py),
+  so ``after_output`` handlers see the turn's final decision. ``tool_call``
+  (the call being executed) is writable in ``before_toolcall`` — deny with
+  ``ctx.tool_call.denied = True`` and ``deny_reason``, or change
+  ``arguments``; ``tool_result`` in ``after_toolcall``.
 * ``user_id``, ``group_id``, ``channel``, ``source``, ``reasoning_content``,
   ``token_usage``, ``phase`` and ``lock`` are read-only everywhere: they
   describe where the message came from or what the host did.
