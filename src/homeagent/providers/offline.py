@@ -2,9 +2,12 @@
 
 It lets a new user see the whole pipeline work before any model is
 configured: it remembers simple statements made in the conversation, answers
-from the memory blocks of the system prompt, and runs a tool when asked with
-``/tool NAME {json}``. Every reply says plainly that it comes from the offline
-provider.
+from memory -- the ``【相关记忆文档】`` and ``【记忆索引】`` blocks of the system
+prompt, recalled-memory messages and what the user said earlier -- and runs a
+tool when asked with ``/tool NAME {json}``. It never answers from the rest of
+the system prompt (persona, rules, ``【可用工具列表】``): those describe the
+agent, they are not something the user told it. Every reply says plainly that
+it comes from the offline provider.
 """
 
 from __future__ import annotations
@@ -65,6 +68,14 @@ _QUESTION = re.compile(
     re.I,
 )
 _WORD = re.compile(r"[A-Za-z0-9]{3,}|[\u4e00-\u9fff]{2,}")
+# the system prompt's paragraphs that hold memory (documents.render_injection, indexer.format)
+_MEMORY_HEADERS = ("【相关记忆文档】", "【记忆索引】", "【场景记忆")
+# words that say nothing about what is asked for: "what can you do" must not match any line with "can"
+_STOP = frozenset(
+    """the and for you your are was were what when where which who how why can could would should will with this
+    that these those there here have has had not but from into about just like then than them they their our its
+    his her she him does did doing done tell know remind please hello thanks any some all more most much many""".split()
+)
 
 
 def _text(content: Any) -> str:
@@ -143,11 +154,11 @@ class OfflineProvider:
         return f"The tool returned: {shown}"
 
     def _respond(self, user_text: str, messages: list[dict[str, Any]]) -> str:
-        history = [m for m in messages[:-1] if m.get("role") in ("user", "system")]
+        history = _memory_texts(messages[:-1])
         for statement, question, template in _FACTS:
             if question.search(user_text):
-                for message in reversed(history):
-                    found = statement.findall(_text(message.get("content")))
+                for text in reversed(history):
+                    found = statement.findall(text)
                     if found:
                         return template.format(found[-1].strip())
                 return "I don't know that yet. Tell me and I will remember it."
@@ -163,10 +174,43 @@ class OfflineProvider:
         return f"I received: {user_text.strip()[:500]}\n{HINT}"
 
     def _recall(self, user_text: str, messages: list[dict[str, Any]]) -> str:
-        words = {w.lower() for w in _WORD.findall(user_text)}
-        if not words or not messages or messages[0].get("role") != "system":
+        """The memory line sharing the most words with the question: blocks first, then what the user said."""
+        words = {w.lower() for w in _WORD.findall(user_text)} - _STOP
+        if not words:
             return ""
-        for line in _text(messages[0].get("content")).splitlines():
-            if line.startswith(("- ", "* ")) and any(w in line.lower() for w in words):
-                return line[2:].strip()
-        return ""
+        candidates: list[str] = []
+        history = messages[:-1]
+        if history and history[0].get("role") == "system":
+            for block in _memory_blocks(_text(history[0].get("content"))):
+                candidates += [ln[2:].strip() for ln in block.splitlines() if ln.startswith(("- ", "* ", "["))]
+            history = history[1:]
+        for message in reversed(history):
+            text = _text(message.get("content")).strip()
+            if message.get("role") == "system" and text.startswith("【recalled memory"):
+                candidates += [ln.strip() for ln in text.splitlines()[1:] if ln.strip()]
+            elif message.get("role") == "user" and text and not _QUESTION.search(text):
+                candidates.append(text)
+        best, best_score = "", 0
+        for line in candidates:
+            low = line.lower()
+            score = sum(1 for w in words if w in low)
+            if score > best_score:
+                best, best_score = line, score
+        return best[:500]
+
+
+def _memory_blocks(system_prompt: str) -> list[str]:
+    """The paragraphs of the system prompt that are memory (sections are joined by blank lines)."""
+    return [p.strip() for p in system_prompt.split("\n\n") if p.lstrip().startswith(_MEMORY_HEADERS)]
+
+
+def _memory_texts(messages: list[dict[str, Any]]) -> list[str]:
+    """What counts as memory, oldest first: the prompt's memory blocks, then the conversation (user and system)."""
+    texts: list[str] = []
+    for i, message in enumerate(messages):
+        role = message.get("role")
+        if role == "system" and i == 0:
+            texts += _memory_blocks(_text(message.get("content")))
+        elif role in ("user", "system"):
+            texts.append(_text(message.get("content")))
+    return texts
