@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from homeagent.memory.lexical import Analyzer, LexicalIndex
-from homeagent.memory.retrieval import HybridIndex, VectorIndex, rrf_fuse
+from homeagent.memory.retrieval import HybridIndex, VectorIndex, fuse, minmax
 from tests.fakes.memory_shared import shared_analyzer
 
 
@@ -122,7 +122,35 @@ def test_fusion_uses_either_half_alone() -> None:
     assert fused[0].key in ("both", "dense-only") and all(h.score > 0 for h in fused)
     ranked = idx.rank(["pie"], None, ["both", "lex-only", "dense-only"])
     assert ranked[0].key == "lex-only" and len(ranked) == 3
-    assert rrf_fuse([["a", "b"], ["b"]])["b"] > rrf_fuse([["a", "b"], ["b"]])["a"]
+
+
+def test_fusion_normalises_both_halves_the_same_way() -> None:
+    # A strong keyword match must be able to beat a slightly better cosine: both halves span 0..1.
+    lexical = np.array([9.0, 0.0, 1.0], dtype=np.float32)
+    dense = np.array([0.50, 0.55, 0.40], dtype=np.float32)
+    assert fuse(lexical, dense, dense_weight=0.5).argmax() == 0
+    assert fuse(lexical, dense, dense_weight=20.0).argmax() == 1
+    assert minmax(np.array([3.0, 3.0])).tolist() == [0.0, 0.0]
+    assert minmax(np.array([], dtype=np.float32)).size == 0
+
+
+def test_floor_uses_absolute_relevance_not_the_per_query_score() -> None:
+    idx = HybridIndex(4)
+    idx.add("far", ["zzz"], np.array([0, 1, 0, 0], dtype=np.float32))
+    q = np.array([1, 0, 0, 0], dtype=np.float32)
+    # the only candidate is best within the query, but nothing about it is relevant
+    assert idx.search([], q, 3)[0].key == "far"
+    assert idx.search([], q, 3, min_score=0.3) == []
+
+
+def test_bulk_add_of_documents_without_words() -> None:
+    # 64+ turns like "Is it?" have no index terms; the vectorised path raised IndexError on them.
+    idx = LexicalIndex()
+    idx.add_many([(f"e{i}", []) for i in range(70)])
+    idx.add_many([(f"m{i}", [] if i % 2 else ["word"]) for i in range(70)])
+    assert len(idx) == 140
+    assert {k for k, _ in idx.search(["word"], 100)} == {f"m{i}" for i in range(0, 70, 2)}
+    assert dict(idx.term_counts("m0")) == {"word": 1.0} and idx.term_counts("e1") == []
 
 
 def test_bulk_add_equals_one_by_one() -> None:

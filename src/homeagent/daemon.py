@@ -270,7 +270,10 @@ class Daemon:
         analyzer = Analyzer(log=log)
         self.embedder = build_embedder(cfg.get_str("core.agent.embedding_model_path", ""), log=log, analyzer=analyzer)
         self.cleaners = CleanerChain(tool_lookup=self.tools.get, log=log)
-        self.docs = DocumentStore(mem / "documents.db", self.embedder, cleaners=self.cleaners, analyzer=analyzer, log=log)
+        self.docs = DocumentStore(
+            mem / "documents.db", self.embedder, cleaners=self.cleaners, analyzer=analyzer, log=log,
+            session_gap=cfg.get_duration("core.memory.session_gap", "30m"),
+        )
         await self.docs.astart()
         self.context = await asyncio.to_thread(
             RelevanceContext,
@@ -298,8 +301,8 @@ class Daemon:
             self._undo.append(self.tools.register(definition, handler))
 
         async def recalled_documents(inputs: Any) -> str | None:
-            docs = await self.docs.aquery(inputs.user_text, 3)
-            return render_injection(docs) if docs else None
+            recalled = await self.docs.arecall(inputs.user_text, 3)
+            return render_injection(recalled) if recalled else None
 
         self._undo += [
             self.prompt.add_section("memory_index", lambda i: self.indexer.prompt_section(i.user_text), order=30),

@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     actions = mem.add_subparsers(dest="memory_action", metavar="ACTION")
 
     imp = actions.add_parser("import", help="import a JSONL conversation into document memory")
-    imp.add_argument("file", help='JSONL, one {"role","content","timestamp","speaker"?,"id"?} per line')
+    imp.add_argument("file", help='JSONL, one {"role","content","timestamp"?,"speaker"?,"session"?,"id"?} per line')
     imp.add_argument("--json", action="store_true", help="print the report as JSON")
     imp.set_defaults(func=cmd_import)
 
@@ -97,20 +97,39 @@ def memory_paths(data_dir: Path) -> tuple[Path, Path]:
 
 def configured_embedder_spec(data_dir: Path) -> str:
     """``core.agent.embedding_model_path`` from the data directory's config.db ("" when absent)."""
+    return str(_configured(data_dir, "core.agent.embedding_model_path", "") or "")
+
+
+def configured_session_gap(data_dir: Path) -> float:
+    """``core.memory.session_gap`` in seconds (the documents' default when it is not set)."""
+    from homeagent.config.values import parse_duration
+    from homeagent.memory.documents import SESSION_GAP
+
+    value = _configured(data_dir, "core.memory.session_gap", None)
+    try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        return parse_duration(str(value)) if value not in (None, "") else SESSION_GAP
+    except (TypeError, ValueError):
+        return SESSION_GAP
+
+
+def _configured(data_dir: Path, key: str, default: Any) -> Any:
+    """A setting from the data directory's config.db, read without a daemon (``default`` when absent)."""
     config_db = Path(data_dir) / "config.db"
     if not config_db.exists():
-        return ""
+        return default
     try:
         from homeagent.config.registry import ConfigRegistry
 
         reg = ConfigRegistry(config_db)
         try:
-            return str(reg.get("core.agent.embedding_model_path", "") or "")
+            return reg.get(key, default)
         finally:
             reg.close()
     except Exception as exc:
-        log.warning("memory: cannot read %s (%s); using the built-in embedder", config_db, exc)
-        return ""
+        log.warning("memory: cannot read %s from %s (%s); using the default", key, config_db, exc)
+        return default
 
 
 def _open_store(
@@ -124,7 +143,10 @@ def _open_store(
     analyzer = analyzer or Analyzer()
     embedder = build_embedder(spec, log=lambda msg: print(f"homeagent: {msg}", file=err), analyzer=analyzer)
     _, db_path = memory_paths(data_dir)
-    return DocumentStore(db_path, embedder, analyzer=analyzer, persist_vectors=persist_vectors)
+    return DocumentStore(
+        db_path, embedder, analyzer=analyzer, persist_vectors=persist_vectors,
+        session_gap=configured_session_gap(data_dir),
+    )
 
 
 class _Progress:
@@ -205,6 +227,8 @@ def _result_json(query: str, docs: list[Any]) -> dict[str, Any]:
                 "dense": round(d.dense, 6),
                 "lexical": round(d.lexical, 6),
                 "source": d.source,
+                "speaker": d.speaker,
+                "session": d.session,
                 "summary": d.summary,
                 "text": d.content,
             }
@@ -257,9 +281,13 @@ def run_search(
     try:
         store.load()
         for _, q in queries:
+            started = time.perf_counter()
             docs = store.query(q, k, touch=False, min_score=min_score)
+            elapsed_ms = (time.perf_counter() - started) * 1000
             if as_json or queries_file is not None:
-                print(json.dumps(_result_json(q, docs), ensure_ascii=False), file=out)
+                result = _result_json(q, docs)
+                result["elapsed_ms"] = round(elapsed_ms, 2)
+                print(json.dumps(result, ensure_ascii=False), file=out)
                 continue
             if not docs:
                 print(f"no documents match {q!r}", file=out)

@@ -148,6 +148,9 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "How often graph relations are checked against their source sentences.", min=1),
         _def("core.agent.merge_interval", "120m", "duration", "memory", "Merge interval",
              "How often duplicate entities are merged.", min=1),
+        _def("core.memory.session_gap", "30m", "duration", "memory", "Conversation gap",
+             "Silence after which the next message starts a new conversation session in document memory "
+             "(turns are recalled together with their neighbours in the same session).", min=1),
         _def("core.agent.embedding_model_path", "", "string", "memory", "Embedding models",
              "Comma list of word-vector / model2vec paths; empty = the built-in offline embedder."),
         _def("core.agent.onnx_model_path", "", "string", "memory", "Parser model",

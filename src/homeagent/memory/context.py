@@ -105,6 +105,17 @@ class ContextEvent:
         return self.input
 
 
+def event_speaker(event: ContextEvent) -> str:
+    """Who said it, for the document layer: the user's id (or "user"), "assistant", or a recalled turn's own."""
+    if event.meta.get("speaker"):
+        return str(event.meta["speaker"])
+    if event.kind == "agent":
+        return "assistant"
+    if event.kind == "user":
+        return str(event.meta.get("user_id") or "user")
+    return ""
+
+
 def _scrub(text: str) -> str:
     """Replace lone surrogates (from broken decoders) so the JSON file stays valid UTF-8."""
     try:
@@ -301,6 +312,8 @@ class RelevanceContext:
                     source=str(e.meta.get("doc_source") or f"context:{e.kind}"),
                     vector=vec,
                     index_text=index_text or None,
+                    speaker=event_speaker(e),
+                    session=str(e.meta.get("session", "")),
                 )
             )
         if not drafts:

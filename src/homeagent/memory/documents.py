@@ -4,7 +4,12 @@ Documents live in SQLite (WAL, so the CLI can read and import while the
 daemon runs); each row keeps its original timestamp, access counts, its
 index terms and its vector (float32 blob, tagged with the embedder's name so
 a change of embedder re-embeds instead of mixing vector spaces). Search runs
-in memory over a ``HybridIndex`` loaded from those rows on first use.
+in memory over a ``HybridIndex`` loaded from those rows on first use, with
+the conversation structure on top (``conversation.py``): each document may
+be a turn of a conversation, with a ``speaker`` and a ``session``; a turn
+that comes without a session joins the one of the turn before it when that
+turn is less than ``session_gap`` seconds older (default 30 minutes), else
+it starts a new one.
 
 Another process writing the same file (``homeagent memory import`` while the
 daemon runs) is noticed through ``PRAGMA data_version``: new rows are picked
@@ -20,6 +25,7 @@ synchronous methods are for worker threads and the CLI.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import hashlib
 import json
@@ -37,9 +43,10 @@ from typing import Any
 import numpy as np
 
 from homeagent.memory.cleaners import CleanerChain, normalize_whitespace
+from homeagent.memory.conversation import ConversationIndex
 from homeagent.memory.embedder import Embedder
 from homeagent.memory.lexical import Analyzer
-from homeagent.memory.retrieval import HybridIndex
+from homeagent.memory.retrieval import HybridIndex, relevance
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (
@@ -53,6 +60,8 @@ CREATE TABLE IF NOT EXISTS docs (
     access_count INTEGER NOT NULL DEFAULT 0,
     last_access  REAL,
     source       TEXT NOT NULL DEFAULT '',
+    speaker      TEXT NOT NULL DEFAULT '',
+    session      TEXT NOT NULL DEFAULT '',
     terms        TEXT NOT NULL DEFAULT '',
     analyzer     TEXT NOT NULL DEFAULT '',
     model        TEXT,
@@ -72,13 +81,19 @@ END;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
+STRUCTURE_COLUMNS = (("speaker", "TEXT NOT NULL DEFAULT ''"), ("session", "TEXT NOT NULL DEFAULT ''"))
+"""Columns added after the first release: files written before them are migrated in place."""
+
+SESSION_GAP = 1800.0
+"""Silence (seconds) after which a turn without a session starts a new one (``core.memory.session_gap``)."""
+
 REMOVED_LOG_KEEP = 20_000
 """Deletion log rows kept for readers that sync incrementally; an older reader reloads fully."""
 
 BACKFILL_PER_QUERY = 256
 """Stale vectors re-embedded inline per query; a larger backlog is for ``abackfill``."""
 
-_DOC_COLUMNS = "id, content, summary, tags, ts, created, access_count, last_access, source"
+_DOC_COLUMNS = "id, content, summary, tags, ts, created, access_count, last_access, source, speaker, session"
 
 
 @dataclass
@@ -94,6 +109,8 @@ class Doc:
     access_count: int = 0
     last_access: float | None = None
     source: str = ""
+    speaker: str = ""
+    session: str = ""
     score: float = 0.0
     dense: float = 0.0
     lexical: float = 0.0
@@ -111,7 +128,11 @@ class Doc:
 
 @dataclass
 class DocDraft:
-    """A document to insert; ``vector`` may carry a precomputed embedding of its index text."""
+    """A document to insert; ``vector`` may carry a precomputed embedding of its index text.
+
+    A draft with a ``speaker`` is a conversation turn: without a ``session``
+    it is given one by time gap. A draft with neither is a note on its own.
+    """
 
     content: str
     summary: str = ""
@@ -121,6 +142,8 @@ class DocDraft:
     source: str = ""
     vector: np.ndarray | None = None
     index_text: str | None = None
+    speaker: str = ""
+    session: str = ""
 
 
 def iso(ts: float | None) -> str:
@@ -137,15 +160,61 @@ def content_id(*parts: str) -> str:
     return h[:24]
 
 
-def render_injection(docs: Sequence[Doc], *, header: str = "【相关记忆文档】", width: int = 160) -> str:
-    """The system-prompt block for automatically recalled documents ("" when there are none)."""
-    if not docs:
+@dataclass
+class Recalled:
+    """A document recalled for the prompt, with the turns around it so it can be read alone."""
+
+    doc: Doc
+    before: list[Doc] = field(default_factory=list)
+    after: list[Doc] = field(default_factory=list)
+
+
+NEAR_DUPLICATE = 0.8
+"""Word-set Jaccard at or above which two texts say the same (the user asking one question again)."""
+
+QUESTION_PENALTY = 0.2
+"""Taken off a question's score when recalling for the prompt: the statement that answers should win."""
+
+NO_OWN_EVIDENCE_PENALTY = 1.0
+"""Taken off a turn that matches only through its neighbours ("I am not sure." after three copies of the
+question): for the prompt, the turn that says something is chosen and its neighbours are shown with it."""
+
+
+def _said(d: Doc, width: int) -> str:
+    text = excerpt(d.summary or d.content, width)
+    return f"{d.speaker}: {text}" if d.speaker else text
+
+
+def render_injection(
+    items: Sequence[Doc | Recalled], *, header: str = "【相关记忆文档】", width: int = 160, context_width: int = 80
+) -> str:
+    """The system-prompt block for automatically recalled documents ("" when there are none).
+
+    Each item shows its date, who said it and, for conversation turns, the
+    turn before and after it, so the model can read it without the rest of
+    the conversation.
+    """
+    if not items:
         return ""
     lines = [header]
-    for d in docs:
+    for item in items:
+        rec = item if isinstance(item, Recalled) else Recalled(item)
+        d = rec.doc
         when = datetime.fromtimestamp(d.ts).strftime("%Y-%m-%d %H:%M") if d.ts else "?"
-        lines.append(f"- [{when}] {excerpt(d.summary or d.content, width)} (id {d.id})")
+        lines.append(f"- [{when}] {_said(d, width)} (id {d.id})")
+        around = [f"before: {_said(b, context_width)}" for b in rec.before]
+        around += [f"after: {_said(a, context_width)}" for a in rec.after]
+        if around:
+            lines.append("  " + " | ".join(around))
     return "\n".join(lines)
+
+
+def _is_question(text: str) -> bool:
+    return text.rstrip().endswith(("?", "？"))
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a and b else 0.0
 
 
 class DocumentStore:
@@ -163,6 +232,7 @@ class DocumentStore:
         busy_timeout_ms: int = 5000,
         min_score: float | None = None,
         persist_vectors: bool = True,
+        session_gap: float = SESSION_GAP,
     ) -> None:
         self.path = Path(db_path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -188,13 +258,23 @@ class DocumentStore:
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")  # durable across process crashes; WAL checkpoints fsync
         self._conn.executescript(SCHEMA)
+        self._migrate()
+        self.session_gap = session_gap
         self._index: HybridIndex | None = None
+        self._conv: ConversationIndex | None = None
         self._seq_of: dict[str, int] = {}
         self._max_seq = 0
         self._max_removed = 0
         self._data_version = -1
         self._pending_vectors: list[int] = []
         self._closed = False
+
+    def _migrate(self) -> None:
+        """Add the columns newer versions use to a file an older version wrote."""
+        have = {row[1] for row in self._conn.execute("PRAGMA table_info(docs)")}
+        for name, decl in STRUCTURE_COLUMNS:
+            if name not in have:
+                self._conn.execute(f"ALTER TABLE docs ADD COLUMN {name} {decl}")
 
     @property
     def model_name(self) -> str:
@@ -234,6 +314,7 @@ class DocumentStore:
     def _full_load(self) -> None:
         t0 = time.perf_counter()
         self._index = HybridIndex(self.embedder.dim if self.embedder else None, exact_limit=self._exact_limit)
+        self._conv = ConversationIndex(self.analyzer, self._index.lexical, self._index.vectors)
         self._seq_of = {}
         self._pending_vectors = []
         self._max_seq = 0
@@ -253,8 +334,10 @@ class DocumentStore:
         assert self._index is not None
         model = self.model_name
         dim = self.embedder.dim if self.embedder else 0
+        assert self._conv is not None
         cur = self._conn.execute(
-            "SELECT seq, id, terms, analyzer, model, vec FROM docs WHERE seq > ? ORDER BY seq", (seq,)
+            "SELECT seq, id, terms, analyzer, model, vec, ts, speaker, session FROM docs WHERE seq > ? ORDER BY seq",
+            (seq,),
         )
         retokenize: list[int] = []
         batch: list[tuple[str, list[str], np.ndarray | None]] = []
@@ -262,11 +345,12 @@ class DocumentStore:
             rows = cur.fetchmany(2048)
             if not rows:
                 break
-            for s, doc_id, terms, analyzer_version, vec_model, blob in rows:
+            for s, doc_id, terms, analyzer_version, vec_model, blob, ts, speaker, session in rows:
                 self._max_seq = max(self._max_seq, s)
                 if self._seq_of.get(doc_id) == s:
                     continue
                 self._seq_of[doc_id] = s
+                self._conv.add(doc_id, session=session, ts=ts, seq=s, speaker=speaker)
                 vec = None
                 if blob is not None and vec_model == model and dim and len(blob) == 4 * dim:
                     vec = np.frombuffer(blob, dtype="<f4").astype(np.float32)
@@ -292,6 +376,8 @@ class DocumentStore:
             for s, doc_id, content, summary in rows:
                 tokens = self.analyzer.tokens(self.index_text(content, summary))
                 self._index.lexical.add(doc_id, tokens)
+                if self._conv is not None:
+                    self._conv.reindex(doc_id)
                 updates.append((" ".join(tokens), self.analyzer.version, s))
             with self._tx():
                 self._conn.executemany("UPDATE docs SET terms = ?, analyzer = ? WHERE seq = ?", updates)
@@ -312,8 +398,7 @@ class DocumentStore:
         ).fetchall():
             self._max_removed = max(self._max_removed, rseq)
             if self._seq_of.get(doc_id) == doc_seq:
-                del self._seq_of[doc_id]
-                self._index.remove(doc_id)
+                self._forget([doc_id])
         self._add_rows_after(self._max_seq)
 
     @contextlib.contextmanager
@@ -363,26 +448,31 @@ class DocumentStore:
             vecs[i] = v
         tokens = {i: self.analyzer.tokens(texts[i]) for i in todo}
         model = self.model_name
+        stamps: dict[int, float] = {i: now if drafts[i].ts is None else float(drafts[i].ts or 0.0) for i in todo}
         with self._lock:
             self._sync_if_loaded()
             added: list[tuple[str, list[str], np.ndarray | None]] = []
+            placed: list[tuple[str, str, float, int, str]] = []
             inserted: set[int] = set()
             with self._tx():
+                sessions = self._sessions_for(drafts, todo, stamps)
                 for i in todo:
                     d = drafts[i]
                     vec = vecs[i]
                     blob = np.asarray(vec, dtype="<f4").tobytes() if vec is not None else None
                     cur = self._conn.execute(
-                        "INSERT OR IGNORE INTO docs (id, content, summary, tags, ts, created, source, terms,"
-                        " analyzer, model, vec) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        "INSERT OR IGNORE INTO docs (id, content, summary, tags, ts, created, source, speaker, session,"
+                        " terms, analyzer, model, vec) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (
                             ids[i],
                             d.content,
                             d.summary,
                             json.dumps(list(d.tags), ensure_ascii=False),
-                            d.ts if d.ts is not None else now,
+                            stamps[i],
                             now,
                             d.source,
+                            d.speaker,
+                            sessions[i],
                             " ".join(tokens[i]),
                             self.analyzer.version,
                             model if vec is not None else None,
@@ -391,12 +481,48 @@ class DocumentStore:
                     )
                     if cur.rowcount == 1:
                         inserted.add(i)
-                        self._seq_of[ids[i]] = int(cur.lastrowid or 0)
+                        seq = int(cur.lastrowid or 0)
+                        self._seq_of[ids[i]] = seq
                         added.append((ids[i], tokens[i], vec))
+                        placed.append((ids[i], sessions[i], stamps[i], seq, d.speaker))
             self._after_own_write()
-            if self._index is not None:
+            if self._index is not None and self._conv is not None:
                 self._index.add_many(added)
+                for doc_id, session, ts, seq, speaker in placed:
+                    self._conv.add(doc_id, session=session, ts=ts, seq=seq, speaker=speaker)
         return [(doc_id, i in inserted) for i, doc_id in enumerate(ids)]
+
+    def _sessions_for(self, drafts: Sequence[DocDraft], todo: Sequence[int], stamps: dict[int, float]) -> dict[int, str]:
+        """The session of each draft: its own, or by time gap for turns (drafts with a speaker) without one.
+
+        Called inside the insert transaction, so two writers cannot both open a
+        session for the same gap.
+        """
+        out: dict[int, str] = {}
+        batch: list[tuple[float, str]] = []  # (ts, session) of this batch's turns, sorted
+        for i in sorted(todo, key=lambda j: stamps[j]):
+            d = drafts[i]
+            if d.session or not d.speaker:
+                out[i] = d.session
+                if d.session and d.speaker:
+                    bisect.insort(batch, (stamps[i], d.session))
+                continue
+            ts = stamps[i]
+            prev = self._conn.execute(
+                "SELECT ts, session FROM docs WHERE ts <= ? AND speaker != '' AND session != ''"
+                " ORDER BY ts DESC LIMIT 1",
+                (ts,),
+            ).fetchone()
+            pos = bisect.bisect_right(batch, (ts, "\uffff"))
+            if pos and (prev is None or batch[pos - 1][0] >= prev[0]):
+                prev = batch[pos - 1]
+            if prev is not None and ts - float(prev[0]) <= self.session_gap:
+                session = str(prev[1])
+            else:
+                session = f"auto-{datetime.fromtimestamp(ts).strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            out[i] = session
+            bisect.insort(batch, (ts, session))
+        return out
 
     def _after_own_write(self) -> None:
         """Skip re-reading our own rows on the next sync, if no other process wrote meanwhile."""
@@ -466,6 +592,8 @@ class DocumentStore:
             self._seq_of.pop(doc_id, None)
             if self._index is not None:
                 self._index.remove(doc_id)
+            if self._conv is not None:
+                self._conv.remove(doc_id)
 
     def _trim_removed_log(self) -> None:
         row = self._conn.execute("SELECT MAX(seq) FROM removed").fetchone()
@@ -519,8 +647,8 @@ class DocumentStore:
         qvec = self._embed([qtext])[0] if qtext else None
         with self._lock:
             self._ensure_loaded()
-            assert self._index is not None
-            hits = self._index.search(tokens, qvec, k, min_score=self.min_score if min_score is None else min_score)
+            assert self._conv is not None
+            hits = self._conv.search(tokens, qvec, k, min_score=self.min_score if min_score is None else min_score)
         return [(h.key, h.score, h.dense, h.lexical) for h in hits]
 
     def _fetch(self, ids: Sequence[str]) -> dict[str, Doc]:
@@ -562,6 +690,76 @@ class DocumentStore:
                 d.score, d.dense, d.lexical = score, dense, lexical
                 out.append(d)
         return out
+
+    def recall(self, text: str, k: int = 3, *, touch: bool = True) -> list[Recalled]:
+        """What the agent's prompt shows for ``text``: the top ``k`` useful documents with their neighbours.
+
+        Useful means: not the input itself nor an earlier copy of it (the user
+        asking the same question again), not a near-duplicate of a document
+        already chosen, and a question ranks below the statement that answers
+        it. Counts the access of the chosen documents (``touch``).
+        """
+        if k <= 0 or not text or not text.strip():
+            return []
+        hits = self._search(text, 4 * k + 4, None)
+        if not hits:
+            return []
+        query_tokens = self.analyzer.tokens(self.index_text(text))
+        query_words = set(query_tokens)
+        query_plain = normalize_whitespace(text).casefold()
+        with self._lock:
+            docs = self._fetch([h[0] for h in hits])
+            lexical = self._index.lexical if self._index is not None else None
+            hits = [h for h in hits if h[0] in docs]
+            own = self._own_relevance(query_tokens, hits)
+
+            def useful(h: tuple[str, float, float, float]) -> float:
+                penalty = QUESTION_PENALTY if _is_question(docs[h[0]].content) else 0.0
+                if own.get(h[0], 0.0) < self.min_score:
+                    penalty += NO_OWN_EVIDENCE_PENALTY
+                return h[1] - penalty
+
+            ranked = sorted(hits, key=lambda h: -useful(h))
+            chosen: list[tuple[Doc, set[str]]] = []
+            for doc_id, score, dense, lex in ranked:
+                d = docs[doc_id]
+                words = {t for t, _ in lexical.term_counts(doc_id)} if lexical is not None else set()
+                if normalize_whitespace(d.content).casefold() == query_plain or _jaccard(words, query_words) >= NEAR_DUPLICATE:
+                    continue
+                if any(_jaccard(words, other) >= NEAR_DUPLICATE for _, other in chosen):
+                    continue
+                d.score, d.dense, d.lexical = score, dense, lex
+                chosen.append((d, words))
+                if len(chosen) == k:
+                    break
+            around: dict[str, tuple[list[str], list[str]]] = {}
+            if self._conv is not None:
+                around = {d.id: self._conv.neighbours(d.id, 1, 1) for d, _ in chosen}
+            context = self._fetch([n for before, after in around.values() for n in (*before, *after)])
+            if touch and chosen:
+                now = time.time()
+                with self._tx():
+                    self._conn.executemany(
+                        "UPDATE docs SET access_count = access_count + 1, last_access = ? WHERE id = ?",
+                        [(now, d.id) for d, _ in chosen],
+                    )
+        out = []
+        for d, _ in chosen:
+            before, after = around.get(d.id, ([], []))
+            out.append(
+                Recalled(d, [context[n] for n in before if n in context], [context[n] for n in after if n in context])
+            )
+        return out
+
+    def _own_relevance(self, tokens: Sequence[str], hits: Sequence[tuple[str, float, float, float]]) -> dict[str, float]:
+        """Each hit's absolute relevance from its own text alone (its cosine and its own words)."""
+        if self._index is None or not hits:
+            return {}
+        keys = [h[0] for h in hits]
+        bound = self._index.lexical.query_bound(tokens) if tokens else 0.0
+        share = self._index.lexical.score_array(tokens, keys) / bound if bound > 0 else np.zeros(len(keys))
+        rel = relevance(share, np.asarray([h[2] for h in hits], dtype=np.float32))
+        return dict(zip(keys, rel.tolist(), strict=True))
 
     def consume(self, text: str, k: int = 3, *, min_score: float | None = None) -> list[Doc]:
         """``doc_query``: return the top ``k`` documents and remove them from L2.
@@ -674,13 +872,19 @@ class DocumentStore:
     async def aquery(self, text: str, k: int = 3, *, touch: bool = True, min_score: float | None = None) -> list[Doc]:
         return await asyncio.to_thread(self.query, text, k, touch=touch, min_score=min_score)
 
+    async def arecall(self, text: str, k: int = 3, *, touch: bool = True) -> list[Recalled]:
+        return await asyncio.to_thread(self.recall, text, k, touch=touch)
+
     async def aconsume(self, text: str, k: int = 3, *, min_score: float | None = None) -> list[Doc]:
         return await asyncio.to_thread(self.consume, text, k, min_score=min_score)
 
     async def ainsert(self, doc: Doc | DocDraft) -> str:
         """DocMemoryAPI ``Insert``: a ``Doc`` (its id, content, summary, tags, ts) or a ``DocDraft``."""
         if isinstance(doc, Doc):
-            draft = DocDraft(doc.content, doc.summary, doc.tags, doc.ts or None, doc.id or None, doc.source)
+            draft = DocDraft(
+                doc.content, doc.summary, doc.tags, doc.ts or None, doc.id or None, doc.source,
+                speaker=doc.speaker, session=doc.session,
+            )
         else:
             draft = doc
         if not draft.content or not draft.content.strip():
@@ -711,9 +915,9 @@ class DocumentStore:
 
 
 def _row_to_doc(row: Sequence[Any]) -> Doc:
-    doc_id, content, summary, tags, ts, created, access_count, last_access, source = row
+    doc_id, content, summary, tags, ts, created, access_count, last_access, source, speaker, session = row
     try:
         tag_list = [str(t) for t in json.loads(tags)] if tags else []
     except (ValueError, TypeError):
         tag_list = []
-    return Doc(doc_id, content, summary, tag_list, ts, created, access_count, last_access, source)
+    return Doc(doc_id, content, summary, tag_list, ts, created, access_count, last_access, source, speaker, session)

@@ -1,16 +1,23 @@
 """Importing conversation history (JSONL) into L2 documents.
 
-One line per turn: ``{"role", "content", "timestamp", "speaker"?, "id"?}``.
-Each turn becomes a document with its original timestamp. Re-importing the
-same file changes nothing: a turn's document id is its ``id`` or, without
-one, a hash of role, content and timestamp. A line that is not UTF-8, not
-JSON or misses a field is reported with its number and skipped; every other
-line is imported.
+One line per turn: ``{"role", "content", "timestamp"?, "speaker"?, "session"?, "id"?}``.
+Each turn becomes a document with its original timestamp, its speaker
+(``speaker``, else ``role``) and its session (``session``; without one, the
+document store assigns one by time gap), so retrieval can score a turn with
+its neighbours. Re-importing the same file changes nothing: a turn's
+document id is its ``id`` or, without one, a hash of role, content and
+timestamp. A line that is not UTF-8, not JSON, nested absurdly deep, or
+misses a field is reported with its number and skipped; every other line is
+imported, and a failing batch is retried line by line so one bad record
+never costs its neighbours. Lone UTF-16 surrogates (valid JSON, not valid
+text) are replaced with U+FFFD.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,6 +29,22 @@ from homeagent.memory.documents import DocDraft, DocumentStore, content_id
 
 ProgressFn = Callable[[int, int, int], None]
 """``progress(bytes_done, bytes_total, records_done)``."""
+
+log = logging.getLogger(__name__)
+
+MAX_FIELD_CHARS = 200
+"""Longest speaker, session or id accepted (they are labels, not text)."""
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with lone surrogates replaced, so it can be stored and encoded as UTF-8."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
 
 
 @dataclass
@@ -47,9 +70,14 @@ def parse_timestamp(value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError("timestamp must be a number or an ISO 8601 string")
     if isinstance(value, int | float):
-        ts = float(value)
+        try:
+            ts = float(value)
+        except OverflowError:
+            raise ValueError("timestamp is out of range") from None
     elif isinstance(value, str) and value.strip():
         text = value.strip()
+        if len(text) > 64:
+            raise ValueError("timestamp is out of range (more than 64 characters)")
         try:
             ts = float(text)
         except ValueError:
@@ -62,7 +90,7 @@ def parse_timestamp(value: Any) -> float:
         raise ValueError("timestamp must be a number or an ISO 8601 string")
     if ts > 1e11:  # milliseconds
         ts /= 1000.0
-    if not (0 < ts < 4e9):
+    if not (0 < ts < 4e9):  # also NaN and infinities
         raise ValueError(f"timestamp {value!r} is out of range")
     return ts
 
@@ -88,10 +116,29 @@ def iter_records(path: Path) -> Iterator[tuple[int, int, dict[str, Any] | None, 
             except json.JSONDecodeError as exc:
                 yield lineno, done, None, f"not valid JSON ({exc.msg} at column {exc.colno})"
                 continue
+            except RecursionError:
+                yield lineno, done, None, "JSON nested too deeply"
+                continue
+            except ValueError as exc:  # e.g. an integer longer than Python converts
+                yield lineno, done, None, f"not valid JSON ({exc})"
+                continue
             if not isinstance(rec, dict):
                 yield lineno, done, None, "not a JSON object"
                 continue
             yield lineno, done, rec, ""
+
+
+def _label(rec: dict[str, Any], name: str) -> str:
+    """An optional short label field (speaker, session, id) as text; raises ValueError if it is not one."""
+    value = rec.get(name)
+    if value is None or value == "":
+        return ""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"'{name}' must be a string or an integer")
+    text = scrub_text(str(value)).strip()
+    if len(text) > MAX_FIELD_CHARS:
+        raise ValueError(f"'{name}' is longer than {MAX_FIELD_CHARS} characters")
+    return text
 
 
 def record_to_draft(rec: dict[str, Any], now: float) -> DocDraft:
@@ -104,14 +151,17 @@ def record_to_draft(rec: dict[str, Any], now: float) -> DocDraft:
         raise ValueError("missing 'content' (must be a string)")
     if not content.strip():
         raise ValueError("empty 'content'")
+    role = scrub_text(role).strip()
+    content = scrub_text(content)
     ts = parse_timestamp(rec["timestamp"]) if rec.get("timestamp") not in (None, "") else now
-    speaker = rec.get("speaker")
-    raw_id = rec.get("id")
-    if raw_id is not None and not isinstance(raw_id, str | int):
-        raise ValueError("'id' must be a string or an integer")
-    doc_id = str(raw_id) if raw_id not in (None, "") else "imp-" + content_id(role, content, repr(rec.get("timestamp")))
-    tags = [role.strip()] + ([str(speaker)] if speaker else [])
-    return DocDraft(content=content, tags=tags, ts=ts, id=doc_id, source=f"import:{role.strip()}")
+    speaker = _label(rec, "speaker")
+    session = _label(rec, "session")
+    raw_id = _label(rec, "id")
+    doc_id = raw_id or "imp-" + content_id(role, content, repr(rec.get("timestamp")))
+    tags = [role] + ([speaker] if speaker and speaker != role else [])
+    return DocDraft(
+        content=content, tags=tags, ts=ts, id=doc_id, source=f"import:{role}", speaker=speaker or role, session=session
+    )
 
 
 def import_jsonl(
@@ -121,20 +171,32 @@ def import_jsonl(
     report = ImportReport()
     t0 = time.perf_counter()
     total = path.stat().st_size
-    pending: list[DocDraft] = []
+    pending: list[tuple[int, DocDraft]] = []
     now = time.time()
     records = 0
+
+    def count(results: list[tuple[str, bool]]) -> None:
+        for _, inserted in results:
+            if inserted:
+                report.imported += 1
+            else:
+                report.duplicates += 1
 
     def flush() -> None:
         nonlocal pending
         if not pending:
             return
-        for _, inserted in docs.insert_many(pending):
-            if inserted:
-                report.imported += 1
-            else:
-                report.duplicates += 1
-        pending = []
+        batch, pending = pending, []
+        try:
+            count(docs.insert_many([d for _, d in batch]))
+            return
+        except Exception as exc:  # one bad record must not cost the batch: retry one by one
+            log.warning("import: a batch of %d failed (%s: %s); retrying line by line", len(batch), type(exc).__name__, exc)
+        for lineno, draft in batch:
+            try:
+                count(docs.insert_many([draft]))
+            except Exception as exc:
+                report.errors.append((lineno, f"could not be stored ({type(exc).__name__}: {exc})"))
 
     done = 0
     for lineno, done, rec, error in iter_records(path):
@@ -143,7 +205,7 @@ def import_jsonl(
             report.errors.append((lineno, error))
             continue
         try:
-            pending.append(record_to_draft(rec, now))
+            pending.append((lineno, record_to_draft(rec, now)))
         except (ValueError, KeyError) as exc:
             report.errors.append((lineno, str(exc)))
             continue

@@ -178,6 +178,7 @@ class LexicalIndex:
 
     def _reset(self) -> None:
         self._vocab: dict[str, int] = {}
+        self._terms: list[str] = []  # term id -> term (the reverse of _vocab)
         self._post_docs: list[array[int]] = []  # term id -> doc rows
         self._post_tfs: list[array[float]] = []  # term id -> term frequencies (parallel)
         self._df: list[int] = []  # live documents per term
@@ -209,6 +210,7 @@ class LexicalIndex:
                 if tid is None:
                     tid = len(self._post_docs)
                     self._vocab[term] = tid
+                    self._terms.append(term)
                     self._post_docs.append(array("i"))
                     self._post_tfs.append(array("f"))
                     self._df.append(0)
@@ -247,9 +249,14 @@ class LexicalIndex:
             return
         base = len(self._keys)
         lengths = np.fromiter((len(t) for _, t in items), dtype=np.int64, count=len(items))
+        if not lengths.any():  # nothing to post ("Is it?" turns): the vectorised path needs at least one term
+            for key, tokens in items:
+                self.add(key, tokens)
+            return
         vocab = self._vocab
         flat = [vocab.setdefault(tok, len(vocab)) for _, toks in items for tok in toks]
         n_terms = len(vocab)
+        self._terms.extend(list(vocab)[len(self._terms) :])
         while len(self._post_docs) < n_terms:
             self._post_docs.append(array("i"))
             self._post_tfs.append(array("f"))
@@ -317,6 +324,19 @@ class LexicalIndex:
             for tid, tf in zip(terms[0], terms[1], strict=True):
                 tokens.extend([vocab_terms[tid]] * int(tf))
             self.add(key, tokens)
+
+    def term_counts(self, key: str) -> list[tuple[str, float]]:
+        """The ``(term, frequency)`` pairs indexed under ``key`` (empty for unknown keys).
+
+        Lets a caller compose new documents (a turn with its neighbours) from
+        what is indexed already, without keeping every token list twice.
+        """
+        with self._lock:
+            row = self._row_of.get(key)
+            terms = self._doc_terms[row] if row is not None else None
+            if terms is None:
+                return []
+            return [(self._terms[tid], tf) for tid, tf in zip(terms[0], terms[1], strict=True)]
 
     def scores(self, query_tokens: Sequence[str]) -> tuple[np.ndarray, list[str | None]]:
         """BM25 score of every row (0 for rows without a query term) and the row keys."""

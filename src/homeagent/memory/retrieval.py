@@ -1,18 +1,26 @@
 """Hybrid retrieval: dense vectors and BM25, fused into one score.
 
 Dense similarity finds paraphrases and cross-lingual matches; BM25 finds
-exact names and rare words. The fused score is a normalised sum::
+exact names and rare words. Each half is min-max normalised over the
+query's candidates (BM25 as a share of the best, the cosine min-max over
+at least ``MIN_DENSE_SPAN``) and the two are added with a weight chosen on
+the LoCoMo dev split (docs/memory.md has the ablation)::
 
-    score = cosine + lexical_weight * bm25 / bound(query)
+    score = bm25 / max(bm25) + DENSE_WEIGHT * minmax(cosine)
 
-where ``bound`` is the highest BM25 score any document could reach for the
-query, so the lexical term is the share of the query's information a
-document matches (0..1) and means the same for every query. Unlike
-reciprocal-rank fusion (``rrf_fuse``, kept for comparison) it does not give a
-weak keyword match at rank 1 the same credit as a strong one, and the score
-is absolute, so a relevance floor can be applied. bench/bench_memory.py
-compares both on the synthetic conversation (docs/memory.md has the numbers).
-Either half works alone when the other has nothing.
+The old form, ``cosine + 0.4 * bm25 / bound(query)``, let the dense half
+dominate: a full lexical match reaches only ~0.4 of the bound, so over one
+query the lexical term varied ~8x less than the cosine, and on real dialogue
+it scored below plain BM25. Normalising both halves the same way makes the
+weight mean what it says. That per-query score only orders hits; whether a
+hit is relevant at all is judged on an absolute scale, ``relevance`` =
+``cosine + 0.4 * bm25 / bound``, which is what a relevance floor (the
+embedder's ``relevance_floor``) is compared with.
+
+``conversation.py`` builds on this for dialogue (a turn scored with its
+neighbours and its session); ``HybridIndex`` is the plain form for
+documents without structure (the context window's prune order, graph
+relations).
 
 Dense search is brute force over a float32 matrix (exact up to
 ``exact_limit`` rows, ~1 ms at 10k x 512). Beyond that a 1-bit sketch of
@@ -29,32 +37,75 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from homeagent.memory.lexical import LexicalIndex, pick, top_keys
+from homeagent.memory.lexical import LexicalIndex, top_keys
 
-RRF_K = 60
-"""The usual reciprocal-rank constant: flattens the difference between rank 1 and rank 5."""
+DENSE_WEIGHT = 2.0
+"""Weight of the normalised dense half against the normalised lexical half (LoCoMo dev: 1.5-2 best)."""
+
+RELEVANCE_LEXICAL_WEIGHT = 0.4
+"""Weight of the lexical share in the absolute ``relevance`` that floors are compared with."""
 
 
-def rrf_fuse(
-    rankings: Sequence[Sequence[str]], *, k: int = RRF_K, weights: Sequence[float] | None = None
-) -> dict[str, float]:
-    """Reciprocal-rank fusion: ``sum(w / (k + rank))`` over the rankings a key appears in."""
-    fused: dict[str, float] = {}
-    for i, ranking in enumerate(rankings):
-        w = 1.0 if weights is None else float(weights[i])
-        for rank, key in enumerate(ranking, start=1):
-            fused[key] = fused.get(key, 0.0) + w / (k + rank)
-    return fused
+MIN_DENSE_SPAN = 0.3
+"""The smallest cosine range that is stretched to 0..1: with a handful of candidates (a new user's
+memory) the raw range can be a few hundredths, and stretching that would turn noise into a full point."""
+
+
+def minmax(values: np.ndarray, *, min_span: float = 0.0) -> np.ndarray:
+    """Scale to 0..1 over this query's candidates (the best is 1; all zeros when they are all equal).
+
+    ``min_span`` keeps a narrow range from being stretched: the low end is
+    taken at least ``min_span`` below the best.
+    """
+    values = np.asarray(values, dtype=np.float32)
+    if values.size == 0:
+        return values
+    hi = float(values.max())
+    lo = min(float(values.min()), hi - min_span)
+    span = hi - lo
+    if span <= 1e-12:
+        return np.zeros_like(values)
+    return (values - lo) / span
+
+
+def normalise_lexical(values: np.ndarray) -> np.ndarray:
+    """BM25 scores as a share of the best one (BM25 is 0 for no match, so 0 is the natural low end)."""
+    values = np.asarray(values, dtype=np.float32)
+    hi = float(values.max()) if values.size else 0.0
+    return values / hi if hi > 0 else np.zeros_like(values)
+
+
+def normalise_dense(values: np.ndarray) -> np.ndarray:
+    return minmax(values, min_span=MIN_DENSE_SPAN)
+
+
+def fuse(lexical: np.ndarray, dense: np.ndarray | None, *, dense_weight: float = DENSE_WEIGHT) -> np.ndarray:
+    """The calibrated score of candidates from their raw BM25 and cosine scores."""
+    score = normalise_lexical(lexical)
+    if dense is not None:
+        score = score + dense_weight * normalise_dense(dense)
+    return score
+
+
+def relevance(lexical_share: np.ndarray, dense: np.ndarray) -> np.ndarray:
+    """Absolute evidence that a hit is about the query, comparable across queries (floors use it)."""
+    return np.asarray(dense, dtype=np.float32) + RELEVANCE_LEXICAL_WEIGHT * np.asarray(lexical_share, dtype=np.float32)
 
 
 @dataclass
 class Hit:
-    """One retrieved key; ``dense`` is the cosine, ``lexical`` the BM25 score (0 when absent)."""
+    """One retrieved key.
+
+    ``score`` orders hits within one query; ``relevance`` is the absolute
+    evidence (floors compare with it); ``dense`` is the cosine, ``lexical``
+    the BM25 score (0 when absent).
+    """
 
     key: str
     score: float
     dense: float = 0.0
     lexical: float = 0.0
+    relevance: float = 0.0
 
 
 _M8 = np.uint64(0x00FF00FF00FF00FF)
@@ -205,17 +256,13 @@ class VectorIndex:
             return [None if r is None else next(it) for r in rows]
 
 
-LEXICAL_WEIGHT = 0.4
-"""Weight of the lexical share in the fused score (bench: 0.2-0.5 all do well; lower favours paraphrase)."""
-
-
 class HybridIndex:
     """Dense and lexical indexes over the same keys, searched together."""
 
-    def __init__(self, dim: int | None, *, exact_limit: int = 20_000, lexical_weight: float = LEXICAL_WEIGHT) -> None:
+    def __init__(self, dim: int | None, *, exact_limit: int = 20_000, dense_weight: float = DENSE_WEIGHT) -> None:
         self.vectors: VectorIndex | None = VectorIndex(dim, exact_limit=exact_limit) if dim else None
         self.lexical = LexicalIndex()
-        self.lexical_weight = lexical_weight
+        self.dense_weight = dense_weight
 
     def __len__(self) -> int:
         return max(len(self.lexical), len(self.vectors) if self.vectors is not None else 0)
@@ -243,7 +290,8 @@ class HybridIndex:
         if self.vectors is not None:
             self.vectors.remove(key)
 
-    def _dense_ok(self, qvec: np.ndarray | None) -> bool:
+    def dense_ok(self, qvec: np.ndarray | None) -> bool:
+        """Whether the dense half can take part for this query vector."""
         return self.vectors is not None and qvec is not None and bool(np.any(qvec))
 
     def search(
@@ -255,10 +303,9 @@ class HybridIndex:
         depth: int | None = None,
         min_score: float | None = None,
     ) -> list[Hit]:
-        """Top ``k`` fused hits; candidates are each half's top ``depth``, scored by both halves."""
+        """Top ``k`` fused hits with ``relevance >= min_score``; candidates are each half's top ``depth``."""
         depth = depth or max(50, 5 * k)
-        dense = self.vectors.search(qvec, depth) if self._dense_ok(qvec) else []  # type: ignore[union-attr,arg-type]
-        lex_scores: np.ndarray | None = None
+        dense = self.vectors.search(qvec, depth) if self.dense_ok(qvec) else []  # type: ignore[union-attr,arg-type]
         lexical: list[tuple[str, float]] = []
         if tokens:
             lex_scores, lex_keys = self.lexical.scores(tokens)
@@ -266,39 +313,26 @@ class HybridIndex:
         keys = list(dict.fromkeys([key for key, _ in dense] + [key for key, _ in lexical]))
         if not keys:
             return []
-        dense_arr = np.zeros(len(keys), dtype=np.float32)
-        if dense:
-            known = dict(dense)
-            missing = [i for i, key in enumerate(keys) if key not in known]
-            for i, key in enumerate(keys):
-                dense_arr[i] = known.get(key, 0.0)
-            if missing:
-                assert self.vectors is not None and qvec is not None
-                sims, _ = self.vectors.score_array(qvec, [keys[i] for i in missing])
-                dense_arr[missing] = sims
-        lex_arr = np.zeros(len(keys), dtype=np.float32)
-        bound = 0.0
-        if lex_scores is not None:
-            bound = self.lexical.query_bound(tokens)
-            lex_arr = pick(lex_scores, self.lexical.rows(keys))
-        fused = dense_arr + (self.lexical_weight / bound if bound > 0 else 0.0) * lex_arr
-        order = np.lexsort((-dense_arr, -fused))
-        hits = [Hit(keys[i], float(fused[i]), float(dense_arr[i]), float(lex_arr[i])) for i in order.tolist()]
+        hits = self.rank(tokens, qvec, keys)
         if min_score is not None:
-            hits = [h for h in hits if h.score >= min_score]
+            hits = [h for h in hits if h.relevance >= min_score]
         return hits[:k]
 
     def rank(self, tokens: Sequence[str], qvec: np.ndarray | None, keys: Sequence[str]) -> list[Hit]:
         """Fused relevance of every given key (all of them, best first): the prune order."""
         keys = list(keys)
-        dense = np.zeros(len(keys), dtype=np.float32)
-        if self._dense_ok(qvec):
+        dense: np.ndarray | None = None
+        if self.dense_ok(qvec):
             assert self.vectors is not None and qvec is not None
             dense, _ = self.vectors.score_array(qvec, keys)
         lex = np.zeros(len(keys), dtype=np.float32)
         bound = self.lexical.query_bound(tokens) if tokens else 0.0
         if bound > 0:
             lex = self.lexical.score_array(tokens, keys)
-        fused = dense + (self.lexical_weight / bound if bound > 0 else 0.0) * lex
-        order = np.lexsort((-dense, -fused))
-        return [Hit(keys[i], float(fused[i]), float(dense[i]), float(lex[i])) for i in order.tolist()]
+        fused = fuse(lex, dense, dense_weight=self.dense_weight)
+        cos = dense if dense is not None else np.zeros(len(keys), dtype=np.float32)
+        rel = relevance(lex / bound if bound > 0 else lex, cos)
+        order = np.lexsort((-cos, -fused))
+        return [
+            Hit(keys[i], float(fused[i]), float(cos[i]), float(lex[i]), float(rel[i])) for i in order.tolist()
+        ]
