@@ -436,10 +436,7 @@ class TurnRunner:
             interrupted=interrupted,
             input_id=message.id,
         )
-        await self._deliver(turn, result)
-        if not error:
-            await self.stages.run(Stage.AFTER_OUTPUT, ctx)
-        if not turn.consolidation:
+        if not turn.consolidation:  # durable before the reply is delivered: an acknowledged turn survives kill -9
             try:
                 await self.memory.record(
                     TurnRecord(
@@ -456,6 +453,9 @@ class TurnRunner:
                 )
             except Exception:
                 log.exception("recording turn %s in memory failed", message.id)
+        await self._deliver(turn, result)
+        if not error:
+            await self.stages.run(Stage.AFTER_OUTPUT, ctx)
         if self.textlog is not None and not no_memory:  # a no_memory turn is not logged at all
             self.textlog.append("user", ctx.raw_message, channel=message.channel, id=message.id, source=message.source)
             self.textlog.append(
