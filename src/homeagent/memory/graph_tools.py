@@ -29,6 +29,8 @@ MediaMarkers = Callable[[Sequence[str]], Awaitable[list[str]]]
 
 PLUGIN = "memory"
 MAX_RECALL_RELATIONS = 60
+MAX_RECALL_SEEDS = 10
+RECALL_FANOUT = 20
 MAX_RECALL_ENTITIES = 30
 
 _S = {"type": "string"}
@@ -69,11 +71,27 @@ def graph_tools(
         if not keywords:
             return _err(GraphError("query_intent needs at least one keyword (comma-separated)"))
         depth = int(args.get("depth", 2))
-        result = await graph.recall(
-            keywords, depth, sort=str(args.get("sort", "relevance")), max_relations=MAX_RECALL_RELATIONS
-        )
+        sort = str(args.get("sort", "relevance"))
+        if sort not in ("relevance", "recent"):
+            return _err(GraphError("sort must be 'relevance' or 'recent'"))
         if indexer is not None:
+            # The prompt block's seeding path (names, relation words and sentences, vectors), so "dentist"
+            # finds has_dentist here too and both always agree on what a query is about.
+            result, _ = await indexer.recall(
+                ", ".join(keywords),
+                keywords,
+                depth=depth,
+                sort=sort,
+                max_seeds=MAX_RECALL_SEEDS,
+                fanout=RECALL_FANOUT,
+                max_relations=MAX_RECALL_RELATIONS,
+            )
             indexer.mark_recalled(result)
+        else:
+            result = await graph.recall(
+                keywords, depth, sort=sort, max_seeds=MAX_RECALL_SEEDS, fanout=RECALL_FANOUT,
+                max_relations=MAX_RECALL_RELATIONS,
+            )  # fmt: skip
         out = result.to_dict()
         out["entities"] = out["entities"][:MAX_RECALL_ENTITIES]
         if result.seeds:
