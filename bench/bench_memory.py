@@ -1,10 +1,13 @@
-"""Memory I benchmarks: embedders, retrieval quality, prune, L2 query, import, lexical updates.
+"""Memory I benchmarks: embedders, prune, L2 query, import, lexical updates.
+
+Retrieval quality is measured on real dialogue (bench/bench_locomo.py); the
+synthetic conversation here only supplies texts for speed measurements.
 
 Every section measures a plain baseline in the same run (plain numpy brute
 force, bm25s, plain SQLite inserts) and prints markdown tables.
 
     .venv/bin/python bench/bench_memory.py                 # everything (~5 min on 2 cores)
-    .venv/bin/python bench/bench_memory.py recall prune    # some sections
+    .venv/bin/python bench/bench_memory.py prune l2       # some sections
     .venv/bin/python bench/bench_memory.py --quick         # smaller sizes
 """
 
@@ -34,7 +37,6 @@ from homeagent.memory.documents import DocDraft, DocumentStore
 from homeagent.memory.embedder import HashingEmbedder, UseEmbedder
 from homeagent.memory.importer import import_jsonl
 from homeagent.memory.lexical import Analyzer, LexicalIndex
-from homeagent.memory.retrieval import rrf_fuse
 
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import
 ANALYZER = Analyzer()
@@ -154,59 +156,6 @@ def bench_embedders(quick: bool) -> None:
           ["embedder", "load s", "en", "zh", "zh↔en", "mean margin", "r@1", "sentences/s", "1 sentence ms"], rows)
 
 
-# -- 2. recall ---------------------------------------------------------------------------
-def bench_recall(quick: bool) -> None:
-    emb = use_embedder()
-    seeds = (7, 8) if quick else (7, 8, 9, 10, 11, 12)
-    methods = ["bm25 (ours)", "bm25s baseline", "dense", "rrf", "fused (ours)"]
-    acc: dict[tuple[str, int, str], list[float]] = {}
-    n_turns = n_q = 0
-    for seed in seeds:
-        ds = memdata.generate(seed)
-        n_turns += len(ds.turns)
-        n_q += len(ds.questions)
-        with tempfile.TemporaryDirectory() as d:
-            store = DocumentStore(Path(d) / "documents.db", emb, analyzer=ANALYZER)
-            store.insert_many([DocDraft(t["content"], ts=t["timestamp"], id=t["id"]) for t in ds.turns])
-            store.load()
-            idx = store._index
-            assert idx is not None and idx.vectors is not None
-            corpus_ids = [t["id"] for t in ds.turns]
-            corpus_tokens = [ANALYZER.tokens(store.index_text(t["content"])) or ["<empty>"] for t in ds.turns]
-            ref = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
-            ref.index(corpus_tokens, show_progress=False)
-            for q in ds.questions:
-                qt = store.index_text(q["query"])
-                toks = ANALYZER.tokens(qt)
-                qv = emb.embed([qt])[0]
-                lex = [k for k, _ in idx.lexical.search(toks, 100)]
-                dense = [k for k, _ in idx.vectors.search(qv, 100)]
-                scores = ref.get_scores(toks) if toks else np.zeros(len(corpus_ids))
-                order = [corpus_ids[i] for i in np.argsort(-scores, kind="stable")[:100] if scores[i] > 0]
-                rrf = rrf_fuse([dense, lex])
-                ranks = {
-                    "bm25 (ours)": lex, "bm25s baseline": order, "dense": dense,
-                    "rrf": sorted(rrf, key=lambda k: -rrf[k]),
-                    "fused (ours)": [h.key for h in idx.search(toks, qv, 10)],
-                }
-                for m, r in ranks.items():
-                    for k in (5, 10):
-                        v = len(set(r[:k]) & set(q["evidence"])) / len(q["evidence"])
-                        acc.setdefault((m, k, "all"), []).append(v)
-                        acc.setdefault((m, k, q["kind"]), []).append(v)
-            store.close()
-    kinds = ["single", "named", "two_turn", "two_turn_named"]
-    rows = []
-    for m in methods:
-        rows.append([m, np.mean(acc[(m, 5, "all")]), np.mean(acc[(m, 10, "all")]),
-                     *(np.mean(acc[(m, 5, kd)]) for kd in kinds)])
-    table(f"Recall of evidence turns ({len(seeds)} conversations, {n_turns} turns, {n_q} questions; by kind: @5)",
-          ["method", "recall@5", "recall@10", "paraphrase", "named", "two-turn", "two-turn named"], rows)
-    fused, bm25 = np.mean(acc[("fused (ours)", 5, "all")]), np.mean(acc[("bm25 (ours)", 5, "all")])
-    print(f"\nfused / BM25 recall@5: {fused / bm25:.2f}x")
-
-
-# -- 3. prune ---------------------------------------------------------------------------
 def bench_prune(quick: bool) -> None:
     emb = use_embedder()
     rows = []
@@ -403,7 +352,7 @@ def bench_lexical(quick: bool) -> None:
 
 
 SECTIONS: dict[str, Callable[[bool], None]] = {
-    "embedders": bench_embedders, "recall": bench_recall, "prune": bench_prune,
+    "embedders": bench_embedders, "prune": bench_prune,
     "l2": bench_l2, "import": bench_import, "lexical": bench_lexical,
 }
 

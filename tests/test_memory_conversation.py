@@ -232,3 +232,26 @@ def test_kill_during_import_loses_nothing_acknowledged(tmp_path: Path) -> None:
     done = subprocess.run([*cmd, "--json"], capture_output=True, text=True, env=env, timeout=120)
     report = json.loads(done.stdout)
     assert report["imported"] + report["duplicates"] == 6000 and report["duplicates"] == partial
+
+
+def test_chinese_multi_session_check(tmp_path: Path, analyzer: Analyzer) -> None:
+    """bench/data/zh: 40 turns over four sessions; the facts are found through `memory search` as in English."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+    from bench_locomo import load_conversation
+
+    turns_, questions = load_conversation(Path(__file__).resolve().parent.parent / "bench/data/zh/zh_friends.json")
+    lines = tmp_path / "zh.jsonl"
+    lines.write_text("".join(json.dumps(t, ensure_ascii=False) + "\n" for t in turns_), encoding="utf-8")
+    data = tmp_path / "data"
+    assert run_import(data, lines, as_json=True, out=io.StringIO(), err=io.StringIO(), analyzer=analyzer) == 0
+    qfile = tmp_path / "q.jsonl"
+    qfile.write_text("".join(json.dumps({"query": q["query"]}, ensure_ascii=False) + "\n" for q in questions), "utf-8")
+    out = io.StringIO()
+    run_search(data, None, k=10, queries_file=qfile, out=out, err=io.StringIO(), analyzer=analyzer)
+    found = [[r["id"] for r in json.loads(line)["results"]] for line in out.getvalue().splitlines()]
+    hits = sum(bool(q["evidence"] & set(ids)) for q, ids in zip(questions, found, strict=True))
+    assert hits >= 16, f"{hits}/20 questions found their turn in the top 10"
+    by_question = dict(zip((q["query"] for q in questions), found, strict=True))
+    assert "D1:4" in by_question["小李的猫叫什么名字？"][:3]  # 咪咪
+    assert "D3:6" in by_question["小李在学什么乐器？"][:3]  # 吉他
+    assert "D1:4" in by_question["What is the name of Xiao Li's cat?"][:10]  # cross-lingual, through the dense half

@@ -142,6 +142,9 @@ def _open_store(
     spec = embedder_spec if embedder_spec is not None else configured_embedder_spec(data_dir)
     analyzer = analyzer or Analyzer()
     embedder = build_embedder(spec, log=lambda msg: print(f"homeagent: {msg}", file=err), analyzer=analyzer)
+    # Load the dictionary and the model now: the rates and query times reported are then the work's own.
+    analyzer.warmup()
+    embedder.warmup()
     _, db_path = memory_paths(data_dir)
     return DocumentStore(
         db_path, embedder, analyzer=analyzer, persist_vectors=persist_vectors,

@@ -110,6 +110,7 @@ class ConversationIndex:
         self._speaker_words: dict[str, set[str]] = {}  # name token -> speakers
         self._dirty_windows: set[str] = set()
         self._dirty_sessions: set[str] = set()
+        self._adjacent: dict[str, tuple[str | None, str | None]] = {}  # key -> (previous, next) in its session
         self._word_cache: dict[str, list[str]] = {}
 
     def __len__(self) -> int:
@@ -148,6 +149,7 @@ class ConversationIndex:
             self._order.pop(turn.session, None)
             self.session_index.remove(turn.session)
             self._dirty_sessions.discard(turn.session)
+        self._adjacent.pop(key, None)
         self.windows.remove(key)
         self._dirty_windows.discard(key)
         if turn.speaker:
@@ -202,18 +204,26 @@ class ConversationIndex:
             out.extend([term] * int(tf))
         return out
 
-    def _window_tokens(self, turn: Turn) -> list[str]:
-        own = self._own_tokens(turn.key) + self._words(turn.speaker) + self._words(date_text(turn.ts))
-        tokens = own * SELF_WEIGHT
+    def _window_tokens(self, turn: Turn, own_of: dict[str, list[str]]) -> list[str]:
+        def own(key: str) -> list[str]:
+            tokens = own_of.get(key)
+            if tokens is None:
+                tokens = own_of[key] = self._own_tokens(key)
+            return tokens
+
+        tokens = (own(turn.key) + self._words(turn.speaker) + self._words(date_text(turn.ts))) * SELF_WEIGHT
         before, after = self.neighbours(turn.key, BEFORE, AFTER)
         for other in (*before, *after):
-            tokens.extend(self._own_tokens(other))
+            tokens.extend(own(other))
         return tokens
 
     def refresh(self) -> None:
-        """Re-index what changed since the last search."""
+        """Re-index what changed since the last search (at load: everything, in the loading thread)."""
         if self._dirty_windows:
-            items = [(key, self._window_tokens(self._turns[key])) for key in self._dirty_windows if key in self._turns]
+            own_of: dict[str, list[str]] = {}
+            items = [
+                (key, self._window_tokens(self._turns[key], own_of)) for key in self._dirty_windows if key in self._turns
+            ]
             self._dirty_windows = set()
             self.windows.add_many(items)
         if self._dirty_sessions:
@@ -221,6 +231,9 @@ class ConversationIndex:
                 order = self._order.get(session)
                 if not order:
                     continue
+                keys = [key for _, _, key in order]
+                for i, key in enumerate(keys):
+                    self._adjacent[key] = (keys[i - 1] if i else None, keys[i + 1] if i + 1 < len(keys) else None)
                 tokens: list[str] = self._words(date_text(order[0][0]))
                 for _, _, key in order:
                     tokens.extend(self._own_tokens(key))
@@ -236,8 +249,15 @@ class ConversationIndex:
         dense_on = self.vectors is not None and qvec is not None and bool(np.any(qvec)) and len(self.vectors) > 0
         win_scores, win_keys = self.windows.scores(tokens) if tokens else (np.zeros(0, dtype=np.float32), [])
         lexical = top_keys(win_scores, win_keys, DEPTH) if tokens else []
-        dense = self.vectors.search(qvec, DEPTH) if dense_on else []  # type: ignore[union-attr,arg-type]
-        keys = [key for key in dict.fromkeys([key for key, _ in lexical] + [key for key, _ in dense]) if key in self._turns]
+        full = self.vectors.all_scores(qvec) if dense_on else None  # type: ignore[union-attr,arg-type]
+        if full is not None:
+            sims_all, row_of = full
+            take = min(DEPTH, sims_all.size)
+            top = np.argpartition(-sims_all, take - 1)[:take] if take < sims_all.size else np.arange(sims_all.size)
+            dense_keys = [self.vectors.key_at(int(r)) for r in top]  # type: ignore[union-attr]
+        else:
+            dense_keys = [key for key, _ in self.vectors.search(qvec, DEPTH)] if dense_on else []  # type: ignore[union-attr,arg-type]
+        keys = [key for key in dict.fromkeys([key for key, _ in lexical] + dense_keys) if key in self._turns]
         if not keys:
             return []
         lex = pick(win_scores, self.windows.rows(keys)) if tokens else np.zeros(len(keys), dtype=np.float32)
@@ -245,15 +265,17 @@ class ConversationIndex:
         cos = np.zeros(len(keys), dtype=np.float32)
         if dense_on:
             assert self.vectors is not None and qvec is not None
-            prev = [self.neighbours(key, 1, 0)[0] for key in keys]
-            nxt = [self.neighbours(key, 0, 1)[1] for key in keys]
-            ring = list(dict.fromkeys([*keys, *(p[0] for p in prev if p), *(n[0] for n in nxt if n)]))
-            sims, _ = self.vectors.score_array(qvec, ring)
+            adjacent = [self._adjacent.get(key, (None, None)) for key in keys]
+            ring = list(dict.fromkeys([*keys, *(k for pair in adjacent for k in pair if k is not None)]))
+            if full is not None:
+                rows = np.fromiter((row_of.get(k, -1) for k in ring), dtype=np.int64, count=len(ring))
+                sims = np.where(rows >= 0, sims_all[np.maximum(rows, 0)], 0.0)
+            else:
+                sims, _ = self.vectors.score_array(qvec, ring)
             sim_of = dict(zip(ring, sims.tolist(), strict=True))
             cos = np.asarray([sim_of[key] for key in keys], dtype=np.float32)
             smooth = cos + NEIGHBOUR_DENSE * np.asarray(
-                [(sim_of[p[0]] if p else 0.0) + (sim_of[n[0]] if n else 0.0) for p, n in zip(prev, nxt, strict=True)],
-                dtype=np.float32,
+                [(sim_of[p] if p else 0.0) + (sim_of[n] if n else 0.0) for p, n in adjacent], dtype=np.float32
             )
             score = score + DENSE_WEIGHT * normalise_dense(smooth)
         if tokens:

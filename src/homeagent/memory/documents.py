@@ -285,6 +285,8 @@ class DocumentStore:
         """Build the in-memory index (first use does it anyway); re-embeds up to 2000 stale vectors."""
         with self._lock:
             self._ensure_loaded()
+            assert self._conv is not None
+            self._conv.refresh()  # windows and sessions now, not in the first turn's recall
         if self._pending_vectors:
             self.backfill_vectors(max_items=2000)
 

@@ -234,6 +234,22 @@ class VectorIndex:
         x = (x & _M16) + ((x >> np.uint64(16)) & _M16)
         return ((x & _M32) + (x >> np.uint64(32))).astype(np.int32)
 
+    def all_scores(self, query: np.ndarray) -> tuple[np.ndarray, dict[str, int]] | None:
+        """Exact cosines of every row and the row of each key, when that is cheap (``exact_limit`` rows or fewer).
+
+        One matrix product then serves both the candidates and every further
+        lookup (a caller that smooths a score with neighbours needs both).
+        """
+        q = np.asarray(query, dtype=np.float32).reshape(self.dim)
+        with self._lock:
+            n = len(self._keys)
+            if n > self.exact_limit:
+                return None
+            return self._mat[:n] @ q, self._row_of
+
+    def key_at(self, row: int) -> str:
+        return self._keys[row]
+
     def score_array(self, query: np.ndarray, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Cosines of ``keys`` as an array, and a mask of the keys that have a vector."""
         q = np.asarray(query, dtype=np.float32).reshape(self.dim)
