@@ -22,13 +22,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_locomo import load_conversation, score, summarise  # noqa: E402
-
-from homeagent.memory import conversation  # noqa: E402
-from homeagent.memory.documents import DocumentStore  # noqa: E402
-from homeagent.memory.embedder import HashingEmbedder, UseEmbedder  # noqa: E402
-from homeagent.memory.importer import import_jsonl  # noqa: E402
-from homeagent.memory.lexical import Analyzer  # noqa: E402
+from bench_locomo import load_conversation, score, summarise
+from homeagent.memory import conversation
+from homeagent.memory.documents import DocumentStore
+from homeagent.memory.embedder import HashingEmbedder, UseEmbedder
+from homeagent.memory.importer import import_jsonl
+from homeagent.memory.lexical import Analyzer
 
 VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("full design", {}),

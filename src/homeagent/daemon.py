@@ -287,7 +287,7 @@ class Daemon:
         )
         self.memory: TurnMemory = ContextTurnMemory(self.context)
         self.graph = await GraphDB.open(Path(cfg.get_str("core.memory.graph", str(mem / "graph.db"))))
-        self.indexer = MemoryIndexer(self.graph, self.embedder)
+        self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
         self.distiller = RuleDistiller(self.graph)
@@ -487,7 +487,7 @@ class Daemon:
     async def _rpc_memory_search(self, params: dict[str, Any]) -> Any:
         query = str(params.get("query", ""))
         docs = await self.docs.aquery(query, int(params.get("k", 5)), touch=False)
-        recall = await self.graph.recall([w for w in query.replace(",", " ").split() if w], 2)
+        recall, _ = await self.indexer.recall(query)  # seeded like the prompt block: names, relation words, facts
         return {"documents": [d.to_dict() for d in docs], "graph": recall.to_dict()}
 
     async def _rpc_knowledge_search(self, params: dict[str, Any]) -> Any:

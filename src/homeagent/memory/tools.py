@@ -62,7 +62,8 @@ def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[Tool
                     input=d.content,
                     source="cold_storage",
                     ts=d.ts,
-                    meta={"doc_id": d.id, "summary": d.summary, "tags": d.tags, "doc_source": d.source},
+                    meta={"doc_id": d.id, "summary": d.summary, "tags": d.tags, "doc_source": d.source,
+                          "speaker": d.speaker, "session": d.session},
                 )
             )
         found = await take_from_l2(found)
