@@ -7,6 +7,9 @@ and times, in the same run:
 
 * ``search``: ``DocumentStore.query`` minus the query's embedding (the
   embedder returns a precomputed vector), i.e. what retrieval itself costs;
+* ``prompt recall``: ``DocumentStore.recall``, the 【相关记忆文档】 block's
+  documents with their neighbours (in a turn the input's vector is already
+  cached by the context prune, so this is what the injection adds);
 * the plain ``HybridIndex.search`` over the same rows (no structure) and plain
   exact numpy cosine top-10, as baselines;
 * the first search after a start (windows and sessions built) and the load.
@@ -101,6 +104,7 @@ def run(n: int, analyzer: Analyzer) -> list[str]:
         store.query(queries[0], 10, touch=False)
         first_ms = (time.perf_counter() - t) * 1000
         ours: list[float] = []
+        injected: list[float] = []
         plain: list[float] = []
         exact: list[float] = []
         index = store._index
@@ -113,6 +117,9 @@ def run(n: int, analyzer: Analyzer) -> list[str]:
             store.query(q, 10, touch=False, min_score=float("-inf"))
             ours.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
+            store.recall(q, 3, touch=False)
+            injected.append((time.perf_counter() - t) * 1000)
+            t = time.perf_counter()
             index.search(toks, qv, 10)
             plain.append((time.perf_counter() - t) * 1000)
             t = time.perf_counter()
@@ -122,6 +129,7 @@ def run(n: int, analyzer: Analyzer) -> list[str]:
             exact.append((time.perf_counter() - t) * 1000)
         store.close()
     rows.append(f"| {n:,} | conversation search (ours) | {statistics.median(ours):.2f} | {pct(ours, 95):.2f} |")
+    rows.append(f"| {n:,} | prompt recall (3 documents with neighbours) | {statistics.median(injected):.2f} | {pct(injected, 95):.2f} |")
     rows.append(f"| {n:,} | plain HybridIndex.search, same rows | {statistics.median(plain):.2f} | {pct(plain, 95):.2f} |")
     rows.append(f"| {n:,} | numpy exact cosine top-10 | {statistics.median(exact):.2f} | {pct(exact, 95):.2f} |")
     rows.append(f"| {n:,} | first search after load (builds windows) | {first_ms:.0f} | — |")

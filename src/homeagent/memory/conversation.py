@@ -290,15 +290,11 @@ class ConversationIndex:
         return hits[:k]
 
     def _session_scores(self, tokens: Sequence[str], keys: Sequence[str]) -> np.ndarray:
-        scores, session_keys = self.session_index.scores(tokens)
+        scores, _ = self.session_index.scores(tokens)
         if scores.size == 0:
             return np.zeros(len(keys), dtype=np.float32)
-        norm = normalise_lexical(scores)
-        row_of = {s: i for i, s in enumerate(session_keys) if s is not None}
-        return np.asarray(
-            [norm[row_of[self._turns[key].session]] if self._turns[key].session in row_of else 0.0 for key in keys],
-            dtype=np.float32,
-        )
+        rows = self.session_index.rows([self._turns[key].session for key in keys])
+        return pick(normalise_lexical(scores), rows)
 
     def _speaker_boost(self, tokens: Sequence[str], keys: Sequence[str]) -> np.ndarray:
         named: set[str] = set()
