@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from homeagent.knowledge.base import KnowledgeBase, KnowledgeError
+from homeagent.memory.cleaners import drop_output
 from homeagent.sdk.types import ToolDef
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -44,8 +45,9 @@ def knowledge_tools(kb: KnowledgeBase) -> list[tuple[ToolDef, Handler]]:
 
         return run
 
-    read: dict[str, Any] = {"plugin": PLUGIN, "no_memory": True, "parallel_safe": True}
-    write: dict[str, Any] = {"plugin": PLUGIN, "no_memory": True, "serial": True, "parallel_safe": False}
+    # Their output is memory already: not indexed again (drop_output), but the turn is remembered.
+    read: dict[str, Any] = {"plugin": PLUGIN, "cleaner": drop_output, "parallel_safe": True}
+    write: dict[str, Any] = {"plugin": PLUGIN, "cleaner": drop_output, "serial": True, "parallel_safe": False}
     return [
         (
             ToolDef(

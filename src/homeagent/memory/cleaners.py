@@ -32,6 +32,15 @@ _BLANK_LINES = re.compile(r"\n\s*\n+")
 _LEADING_PUNCT = re.compile(r"^[，,。.;；:：\s]+")
 
 
+def drop_output(_: str) -> str:
+    """The cleaner of tools whose output is memory already (recalls, documents, notes).
+
+    Their output is not indexed again, but the turn that used them is
+    remembered: unlike ``no_memory``, which keeps the whole turn out of memory.
+    """
+    return ""
+
+
 def normalize_whitespace(text: str) -> str:
     """Collapse runs of spaces, at most one blank line, no leading separator punctuation."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")

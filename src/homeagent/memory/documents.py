@@ -175,9 +175,6 @@ NEAR_DUPLICATE = 0.8
 QUESTION_PENALTY = 0.2
 """Taken off a question's score when recalling for the prompt: the statement that answers should win."""
 
-NO_OWN_EVIDENCE_PENALTY = 1.0
-"""Taken off a turn that matches only through its neighbours ("I am not sure." after three copies of the
-question): for the prompt, the turn that says something is chosen and its neighbours are shown with it."""
 
 
 def _said(d: Doc, width: int) -> str:
@@ -696,7 +693,8 @@ class DocumentStore:
     def recall(self, text: str, k: int = 3, *, touch: bool = True) -> list[Recalled]:
         """What the agent's prompt shows for ``text``: the top ``k`` useful documents with their neighbours.
 
-        Useful means: not the input itself nor an earlier copy of it (the user
+        Useful means: relevant by its own text (not only through its
+        neighbours), not the input itself nor an earlier copy of it (the user
         asking the same question again), not a near-duplicate of a document
         already chosen, and a question ranks below the statement that answers
         it. Counts the access of the chosen documents (``touch``).
@@ -716,12 +714,11 @@ class DocumentStore:
             own = self._own_relevance(query_tokens, hits)
 
             def useful(h: tuple[str, float, float, float]) -> float:
-                penalty = QUESTION_PENALTY if _is_question(docs[h[0]].content) else 0.0
-                if own.get(h[0], 0.0) < self.min_score:
-                    penalty += NO_OWN_EVIDENCE_PENALTY
-                return h[1] - penalty
+                return h[1] - (QUESTION_PENALTY if _is_question(docs[h[0]].content) else 0.0)
 
-            ranked = sorted(hits, key=lambda h: -useful(h))
+            # A turn that matches only through its neighbours is left out: the one that says it is shown instead,
+            # with them around it; "OK." between two copies of the question helps nobody.
+            ranked = sorted((h for h in hits if own.get(h[0], 0.0) >= self.min_score), key=lambda h: -useful(h))
             chosen: list[tuple[Doc, set[str]]] = []
             for doc_id, score, dense, lex in ranked:
                 d = docs[doc_id]

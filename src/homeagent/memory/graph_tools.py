@@ -2,8 +2,10 @@
 
 Every handler returns JSON; bad input comes back as ``{"isError": True,
 "content": …}`` naming the problem, and a failed write changes nothing. The
-tools are ``no_memory``: their output is memory already, and feeding a recall
+tools' output is memory already, so their cleaner drops it: feeding a recall
 back into the context → documents → graph pipeline would only duplicate it.
+They are not ``no_memory``: that would forget the whole turn (the user's
+"my dentist is Dr. Okafor" with it) the moment the model saved the fact.
 Writes are ``serial`` so a commit and an edit in one LLM turn keep their order.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from homeagent.memory.cleaners import drop_output
 from homeagent.memory.graph import (
     RETIRE_SUPERSEDED,
     GraphDB,
@@ -180,8 +183,9 @@ def graph_tools(
         },
         ["subject", "relation", "object"],
     )
-    read: dict[str, Any] = {"plugin": PLUGIN, "no_memory": True, "parallel_safe": True}
-    write: dict[str, Any] = {"plugin": PLUGIN, "no_memory": True, "serial": True, "parallel_safe": False}
+    # Their output is memory already: not indexed again (drop_output), but the turn is remembered.
+    read: dict[str, Any] = {"plugin": PLUGIN, "cleaner": drop_output, "parallel_safe": True}
+    write: dict[str, Any] = {"plugin": PLUGIN, "cleaner": drop_output, "serial": True, "parallel_safe": False}
     defs: list[tuple[ToolDef, Handler]] = [
         (
             ToolDef(

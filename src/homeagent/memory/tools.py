@@ -16,6 +16,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from homeagent.memory.cleaners import drop_output
 from homeagent.memory.context import ContextEvent, RelevanceContext
 from homeagent.memory.documents import Doc, DocumentStore, excerpt, iso
 from homeagent.sdk.types import ToolDef
@@ -23,10 +24,6 @@ from homeagent.sdk.types import ToolDef
 ToolHandlerFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 MAX_TOP_K = 20
-
-
-def _drop(_: str) -> str:
-    return ""
 
 
 def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[ToolDef, ToolHandlerFn]]:
@@ -108,7 +105,7 @@ def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[Tool
             "required": ["query"],
         },
         plugin="memory",
-        cleaner=_drop,
+        cleaner=drop_output,
     )
     commit_def = ToolDef(
         name="doc_commit",
