@@ -78,7 +78,7 @@ def test_incremental_add_remove_equals_fresh_index_after_compaction() -> None:
     assert idx.stats()["removed_rows"] < 1250
     keys = [f"d{i}" for i in range(1, 2500, 2)]
     for query in (["w1"], ["w4", "w9", "w30"]):
-        np.testing.assert_allclose(idx.score_keys(query, keys), fresh.score_keys(query, keys), rtol=1e-5)
+        np.testing.assert_allclose(idx.score_array(query, keys), fresh.score_array(query, keys), rtol=1e-5)
         assert idx.search(query, 1)[0][1] == pytest.approx(fresh.search(query, 1)[0][1], rel=1e-5)
 
 
@@ -165,7 +165,7 @@ def test_bulk_add_equals_one_by_one() -> None:
     one.add("pre", ["w3"])
     keys = ["pre"] + [f"d{i}" for i in range(500)]
     for query in (["w1"], ["w3", "w3", "w40"], ["w59", "zzz"]):
-        np.testing.assert_allclose(bulk.score_keys(query, keys), one.score_keys(query, keys), rtol=1e-5)
+        np.testing.assert_allclose(bulk.score_array(query, keys), one.score_array(query, keys), rtol=1e-5)
     for i in range(0, 500, 3):
         assert bulk.remove(f"d{i}") and one.remove(f"d{i}")
-    np.testing.assert_allclose(bulk.score_keys(["w2", "w7"], keys), one.score_keys(["w2", "w7"], keys), rtol=1e-5)
+    np.testing.assert_allclose(bulk.score_array(["w2", "w7"], keys), one.score_array(["w2", "w7"], keys), rtol=1e-5)

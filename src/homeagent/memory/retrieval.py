@@ -261,15 +261,6 @@ class VectorIndex:
                 sims[has] = self._mat[rows[has]] @ q
             return sims, has
 
-    def score_keys(self, query: np.ndarray, keys: Sequence[str]) -> list[float | None]:
-        """Cosine of each key (``None`` for keys without a vector)."""
-        q = np.asarray(query, dtype=np.float32).reshape(self.dim)
-        with self._lock:
-            rows = [self._row_of.get(k) for k in keys]
-            present = [r for r in rows if r is not None]
-            sims = self._mat[present] @ q if present else np.zeros(0, dtype=np.float32)
-            it = iter(sims.tolist())
-            return [None if r is None else next(it) for r in rows]
 
 
 class HybridIndex:
