@@ -16,11 +16,12 @@ import logging
 import logging.handlers
 import os
 import signal
+import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from homeagent import __version__
 from homeagent.agent.agent import Agent
@@ -51,6 +52,7 @@ from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.loops import MemoryLoops
 from homeagent.memory.social import Social
+from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog
 from homeagent.memory.tools import doc_tools
 from homeagent.paths import DataPaths
@@ -63,6 +65,8 @@ from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 from homeagent.threads import run_detached
 
 log = logging.getLogger("homeagent.daemon")
+_S = TypeVar("_S")
+"""A store :meth:`Daemon._open_store` opens."""
 
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
@@ -270,11 +274,24 @@ class Daemon:
         analyzer = Analyzer(log=log)
         self.embedder = build_embedder(cfg.get_str("core.agent.embedding_model_path", ""), log=log, analyzer=analyzer)
         self.cleaners = CleanerChain(tool_lookup=self.tools.get, log=log)
-        self.docs = DocumentStore(
-            mem / "documents.db", self.embedder, cleaners=self.cleaners, analyzer=analyzer, log=log,
-            session_gap=cfg.get_duration("core.memory.session_gap", "30m"),
+        docs_path = mem / "documents.db"
+
+        async def open_docs() -> DocumentStore:
+            docs = await asyncio.to_thread(
+                DocumentStore,
+                docs_path, self.embedder, cleaners=self.cleaners, analyzer=analyzer, log=log,
+                session_gap=cfg.get_duration("core.memory.session_gap", "30m"),
+            )
+            try:
+                await docs.astart()
+            except BaseException:
+                await asyncio.to_thread(docs.close)
+                raise
+            return docs
+
+        self.docs = await self._open_store(
+            docs_path, "document store", open_docs, kept="the graph, the conversation window and the text log are"
         )
-        await self.docs.astart()
         self.context = await asyncio.to_thread(
             RelevanceContext,
             mem / "context.json",
@@ -286,7 +303,11 @@ class Daemon:
             log=log,
         )
         self.memory: TurnMemory = ContextTurnMemory(self.context)
-        self.graph = await GraphDB.open(Path(cfg.get_str("core.memory.graph", str(mem / "graph.db"))))
+        graph_path = Path(cfg.get_str("core.memory.graph", str(mem / "graph.db")))
+        self.graph = await self._open_store(
+            graph_path, "memory graph", lambda: GraphDB.open(graph_path),
+            kept="documents, the conversation window and the text log are",
+        )
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
@@ -345,6 +366,26 @@ class Daemon:
         self.memory_loops.start()
         # Loading models and dictionaries takes seconds: do it in the background so the socket is up at once.
         self._warmup = asyncio.get_running_loop().create_task(self._warm_memory(analyzer), name="memory-warmup")
+
+    async def _open_store(self, path: Path, label: str, opener: Callable[[], Awaitable[_S]], *, kept: str) -> _S:
+        """Open a SQLite store; a corrupt file is set aside (never deleted) and a fresh one opened.
+
+        Checked before the open (quick_check) and again by the open itself: an error
+        that says the file is damaged sets it aside and retries once, so the daemon
+        starts and the user reads one note instead of a traceback. Any other error
+        (locked, permissions, a newer schema) still stops the start: moving the file
+        would not help and might hide the user's data.
+        """
+        note = await asyncio.to_thread(check_store, path, label, kept=kept)
+        if note:
+            self.notes.append(note)
+        try:
+            return await opener()
+        except sqlite3.DatabaseError as exc:
+            if not is_corruption(exc):
+                raise
+            self.notes.append(await asyncio.to_thread(set_aside, path, label, str(exc), kept=kept))
+        return await opener()
 
     async def _warm_memory(self, analyzer: Analyzer) -> None:
         started = time.perf_counter()

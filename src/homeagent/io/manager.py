@@ -4,6 +4,11 @@ Three inlets feed the agent loop: the input queue (ordinary messages, ordered
 by priority then arrival), the interrupt queue (read by the intercept task,
 which may cancel the LLM call in flight), and the self-input channel that
 memory loops use for consolidation jobs.
+
+Every input's text is scrubbed of lone surrogates on the way in: the socket,
+HTTP and plugin RPC boundaries already do it, and this catches the in-process
+sources (Python plugins, channels) so no turn can carry text the text log,
+the stores or the LLM request would fail to encode.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from homeagent.sdk.types import InjectOptions
+from homeagent.text import scrub_text
 
 FrameSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 """Receives the stream frames of one turn (reasoning_delta, content_delta, tool_call, response, error)."""
@@ -79,6 +85,7 @@ class IOManager:
 
     # -- ordinary input ---------------------------------------------------
     def inject(self, message: InputMessage) -> str:
+        message.text = scrub_text(message.text)
         self._inputs.put_nowait((message.options.priority, next(self._seq), message))
         return message.id
 
@@ -123,7 +130,7 @@ class IOManager:
     def inject_interrupt_text(
         self, source: str, channel: str, text: str, *, options: InjectOptions | None = None, sink: FrameSink | None = None
     ) -> str:
-        message = InputMessage(text, source, channel, options or InjectOptions(), sink=sink, interrupt=True)
+        message = InputMessage(scrub_text(text), source, channel, options or InjectOptions(), sink=sink, interrupt=True)
         self.interrupts.put_nowait(message)
         return message.id
 

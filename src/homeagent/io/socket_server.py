@@ -2,7 +2,11 @@
 
 Only the user who runs the daemon can connect: the socket file is mode 0600
 and every connection's peer uid is checked (SO_PEERCRED). A malformed frame
-is answered with an error frame and the connection stays usable.
+is answered with an error frame and the connection stays usable: a frame
+over ``MAX_FRAME`` bytes (the newline not counted) is skipped up to its
+newline and nothing after it is lost; one nested deeper than
+``homeagent.text.MAX_DEPTH`` is refused. Text is made storable here, once:
+lone UTF-16 surrogates in any string of a frame become U+FFFD.
 
 Client → daemon frames:
   {"type": "chat", "text": "...", "id"?: "..."}       a message; the turn's frames stream back
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from homeagent.io.manager import IOManager
+from homeagent.text import TooDeep, loads, scrub_text
 
 log = logging.getLogger("homeagent.socket")
 
@@ -51,7 +56,12 @@ class _Connection:
     async def send(self, frame: dict[str, Any]) -> None:
         if self.closed:
             return
-        data = (json.dumps(frame, ensure_ascii=False, default=str) + "\n").encode()
+        try:
+            text = json.dumps(frame, ensure_ascii=False, default=str)
+        except (ValueError, RecursionError) as exc:  # a circular or absurdly deep RPC result
+            text = json.dumps({"type": "error", "message": f"reply could not be encoded: {exc}"})
+        # a surrogate stays raw with ensure_ascii=False; replacing it keeps the frame valid UTF-8
+        data = (scrub_text(text) + "\n").encode()
         async with self._write_lock:
             try:
                 self.writer.write(data)
@@ -123,8 +133,13 @@ class SocketServer:
             await conn.send({"type": "hello", "protocol": 1})
             while not conn.closed:
                 try:
-                    line = await reader.readline()
-                except (asyncio.LimitOverrunError, ValueError):
+                    # readuntil, not readline: on an over-long line readline has already dropped it
+                    # *with* its newline when the newline was buffered, and discarding "the rest"
+                    # then ate the next, valid frame. readuntil leaves the buffer as it was.
+                    line = await reader.readuntil(b"\n")
+                except asyncio.IncompleteReadError as exc:
+                    line = exc.partial  # EOF: a last frame without its newline is still a frame
+                except asyncio.LimitOverrunError:
                     await conn.send({"type": "error", "message": f"frame too large (limit {MAX_FRAME} bytes)"})
                     await self._discard_line(reader)
                     continue
@@ -134,7 +149,11 @@ class SocketServer:
                     break
                 if not line.strip():
                     continue
-                await self._dispatch(conn, line)
+                try:
+                    await self._dispatch(conn, line)
+                except Exception as exc:  # a bug for one frame must not cost the client its connection
+                    log.exception("socket frame failed")
+                    await conn.send({"type": "error", "message": f"frame failed: {type(exc).__name__}: {exc}"})
         finally:
             self._conns.discard(conn)
             conn.closed = True
@@ -142,6 +161,12 @@ class SocketServer:
                 writer.close()
 
     async def _discard_line(self, reader: asyncio.StreamReader) -> None:
+        """Drop the over-long line at the head of the buffer, up to and including its newline.
+
+        Called right after ``readuntil`` raised ``LimitOverrunError``, which consumed
+        nothing: each pass drops what ``exc.consumed`` says holds no newline, until the
+        newline arrives within the limit and ends the line. What follows it is kept.
+        """
         while True:
             try:
                 await reader.readuntil(b"\n")
@@ -164,7 +189,13 @@ class SocketServer:
 
     async def _dispatch(self, conn: _Connection, line: bytes) -> None:
         try:
-            frame = json.loads(line)
+            frame = loads(line)
+        except TooDeep as exc:
+            await conn.send({"type": "error", "message": f"malformed frame: {exc}"})
+            return
+        except RecursionError:  # json's C scanner, in the one case orjson hands it a deep frame
+            await conn.send({"type": "error", "message": "malformed frame: nested too deeply"})
+            return
         except (ValueError, UnicodeDecodeError) as exc:
             await conn.send({"type": "error", "message": f"malformed frame: {exc}"})
             return

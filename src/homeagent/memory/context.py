@@ -29,7 +29,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -47,9 +46,9 @@ from homeagent.memory.embedder import Embedder
 from homeagent.memory.journal import ContextJournal, encode_json, journal_path
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.retrieval import HybridIndex
+from homeagent.text import scrub_text
 
 EVENT_KINDS = ("user", "agent", "cold_storage")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 FILE_VERSION = 1
 
 
@@ -116,15 +115,6 @@ def event_speaker(event: ContextEvent) -> str:
     return ""
 
 
-def _scrub(text: str) -> str:
-    """Replace lone surrogates (from broken decoders) so the JSON file stays valid UTF-8."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
-
-
 class RelevanceContext:
     """The L1 window. One per agent; the daemon calls ``close()`` on shutdown."""
 
@@ -181,10 +171,10 @@ class RelevanceContext:
         """Add an event at its place in time (cold_storage events carry an old ``ts``)."""
         if self._closed:
             raise RuntimeError("context is closed")
-        event.input = _scrub(event.input)
-        event.response = _scrub(event.response)
+        event.input = scrub_text(event.input)
+        event.response = scrub_text(event.response)
         for out in event.tool_outputs:
-            out["text"] = _scrub(str(out.get("text", "")))
+            out["text"] = scrub_text(str(out.get("text", "")))
         with self._lock:
             if any(e.id == event.id for e in self._events[-50:]):
                 return

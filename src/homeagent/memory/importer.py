@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from homeagent.memory.documents import DocDraft, DocumentStore, content_id
+from homeagent.text import scrub_text
 
 ProgressFn = Callable[[int, int, int], None]
 """``progress(bytes_done, bytes_total, records_done)``."""
@@ -34,17 +34,6 @@ log = logging.getLogger(__name__)
 
 MAX_FIELD_CHARS = 200
 """Longest speaker, session or id accepted (they are labels, not text)."""
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def scrub_text(text: str) -> str:
-    """``text`` with lone surrogates replaced, so it can be stored and encoded as UTF-8."""
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
 
 
 @dataclass

@@ -31,38 +31,27 @@ import asyncio
 import json
 import logging
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+from homeagent.text import scrub_text
 
 #: compact when the journal holds this many records or bytes (the snapshot is rewritten and the journal emptied)
 MAX_RECORDS = 1000
 MAX_BYTES = 4 * 1024 * 1024
 
 
-def scrub_deep(value: Any) -> Any:
-    """``value`` with lone surrogates replaced in every string (keys too), so it encodes as UTF-8."""
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {scrub_deep(k): scrub_deep(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [scrub_deep(v) for v in value]
-    return value
-
-
 def encode_json(value: Any) -> bytes:
-    """Compact UTF-8 JSON; a lone surrogate anywhere (a broken decoder upstream) becomes U+FFFD instead of failing."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(scrub_deep(value), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON; a lone surrogate anywhere (a broken decoder upstream) becomes U+FFFD instead of failing.
+
+    With ``ensure_ascii=False`` a surrogate in any string (key or value) stays a raw
+    character in the output, so scrubbing the serialised text is the same as
+    scrubbing every string first, without walking the value.
+    """
+    return scrub_text(json.dumps(value, ensure_ascii=False, separators=(",", ":"))).encode("utf-8")
 
 
 def journal_path(snapshot: Path) -> Path:

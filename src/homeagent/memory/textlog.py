@@ -2,6 +2,12 @@
 
 Appends are buffered and written by a background task in a worker thread,
 so a slow disk never stalls a turn; ``close`` flushes what is left.
+
+The writer must outlive any single bad record: a record that cannot be
+serialised or encoded is logged and skipped (``skipped`` counts them), lone
+surrogates become U+FFFD, and only a disk error (``OSError``) keeps a batch
+for the next try. An exception that escaped once used to end the writer
+task, and no later turn was ever logged.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ import os
 import time
 from pathlib import Path
 from typing import Any
+
+from homeagent.text import scrub_text
 
 log = logging.getLogger("homeagent.textlog")
 
@@ -27,6 +35,8 @@ class TextLog:
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.write_errors = 0
+        self.skipped = 0
+        """Records dropped because they could not be serialised or encoded (each one is logged)."""
 
     def start(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -34,7 +44,14 @@ class TextLog:
 
     def append(self, role: str, content: str, *, channel: str = "", **extra: Any) -> None:
         record = {"ts": time.time(), "role": role, "content": content, "channel": channel, **extra}
-        self._pending.append(json.dumps(record, ensure_ascii=False, default=str))
+        try:
+            line = json.dumps(record, ensure_ascii=False, default=str)
+        except (TypeError, ValueError, RecursionError) as exc:  # circular or absurdly deep extras
+            self.skipped += 1
+            log.error("text log: a %s record could not be serialised (%s); skipped", role, exc)
+            return
+        # ensure_ascii=False leaves a lone surrogate raw in the line; replaced here it can never reach the file
+        self._pending.append(scrub_text(line))
         self._wakeup.set()
 
     async def _writer(self) -> None:
@@ -42,7 +59,10 @@ class TextLog:
             await self._wakeup.wait()
             self._wakeup.clear()
             await asyncio.sleep(0.2)  # batch what arrives together
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:  # never let one failure end the writer: every later turn would go unlogged
+                log.exception("text log writer: unexpected error; continuing")
 
     async def flush(self) -> None:
         if not self._pending:
@@ -54,8 +74,25 @@ class TextLog:
             self.write_errors += 1
             self._pending[:0] = lines  # keep them for the next try
             log.error("text log write failed (%s); %d lines kept in memory", exc, len(self._pending))
+        except Exception:  # not the disk: retrying the same batch would fail forever, so it is dropped
+            self.skipped += len(lines)
+            log.exception("text log: a batch of %d records could not be written; skipped", len(lines))
+
+    def _encode(self, lines: list[str]) -> bytes:
+        """The batch as UTF-8, one line per record; a line that cannot be encoded is logged and left out."""
+        out: list[bytes] = []
+        for line in lines:
+            try:
+                out.append(line.encode("utf-8") + b"\n")
+            except UnicodeEncodeError as exc:
+                self.skipped += 1
+                log.error("text log: a record could not be encoded (%s); skipped: %.120r", exc, line)
+        return b"".join(out)
 
     def _write(self, lines: list[str]) -> None:
+        data = self._encode(lines)
+        if not data:
+            return
         self.directory.mkdir(parents=True, exist_ok=True)
         try:
             size = self.path.stat().st_size
@@ -63,8 +100,8 @@ class TextLog:
             size = 0
         if size > self.max_bytes:
             self._rotate()
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.write("\n".join(lines) + "\n")
+        with open(self.path, "ab") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from homeagent.text import TooDeep, loads
 from homeagent.webui.auth import LoginLimiter, Session, SessionStore, TokenStore
 from homeagent.webui.sse import StreamRegistry
 
@@ -125,7 +126,12 @@ async def read_json(request: Request, *, limit: int = MAX_JSON_BYTES) -> Any:
     if not raw.strip():
         raise ApiError(400, "a JSON body is required")
     try:
-        return json.loads(raw)
+        # lone surrogates become U+FFFD here, once, for every JSON body (chat, OpenAI-compatible, management)
+        return loads(raw)
+    except TooDeep as exc:
+        raise ApiError(400, f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise ApiError(400, "malformed JSON: nested too deeply") from None
     except UnicodeDecodeError:
         raise ApiError(400, "malformed JSON: the body is not UTF-8") from None
     except json.JSONDecodeError as exc:

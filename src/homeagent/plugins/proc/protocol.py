@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from homeagent.text import TooDeep, loads
+
 __all__ = [
     "MAX_FRAME",
     "PROTOCOL_VERSION",
@@ -226,7 +228,9 @@ def parse(line: bytes | bytearray | str) -> Request | Response:
     """Decode one frame; anything unusable is a :class:`ProtocolError` with the JSON-RPC code."""
     try:
         text = line.decode("utf-8") if isinstance(line, bytes | bytearray) else line
-        data = json.loads(text)
+        data = loads(text)  # lone surrogates become U+FFFD once, here, for every frame
+    except TooDeep:
+        raise ProtocolError(ErrorCode.PARSE_ERROR, "frame is nested too deeply") from None
     except UnicodeDecodeError:
         raise ProtocolError(ErrorCode.PARSE_ERROR, "frame is not UTF-8") from None
     except RecursionError:
