@@ -182,7 +182,7 @@ class OfflineProvider:
         history = messages[:-1]
         if history and history[0].get("role") == "system":
             for block in _memory_blocks(_text(history[0].get("content"))):
-                candidates += [ln[2:].strip() for ln in block.splitlines() if ln.startswith(("- ", "* ", "["))]
+                candidates += _block_items(block)
             history = history[1:]
         for message in reversed(history):
             text = _text(message.get("content")).strip()
@@ -204,13 +204,38 @@ def _memory_blocks(system_prompt: str) -> list[str]:
     return [p.strip() for p in system_prompt.split("\n\n") if p.lstrip().startswith(_MEMORY_HEADERS)]
 
 
+_ITEM_DECORATION = re.compile(
+    r"^\s*(?:[-*]\s*\[[^\]]*\]\s*(?:[^:\n]{1,40}?:\s)?"  # - [date] speaker: (a recalled turn)
+    r"|(?:before|after):\s*(?:[^:\n]{1,40}?:\s)?"  # before: speaker: (its neighbours)
+    r"|[-*]\s*|\[[^\]]*\]\s*)"  # - fact, [scene] fact
+)
+_ITEM_ID = re.compile(r"\s*\(id [^)]*\)\s*$")
+
+
+def _block_items(block: str) -> list[str]:
+    """The texts a memory block holds, one per turn, without the layout around them.
+
+    ``render_injection`` shows a turn as ``- [date] speaker: text (id …)`` with
+    its neighbours on the next line as ``before: speaker: text | after: …``;
+    each of those is one item, so a fact is read as the speaker said it and
+    never runs on into its neighbour.
+    """
+    items: list[str] = []
+    for line in block.splitlines()[1:]:
+        for piece in line.split(" | "):
+            text = _ITEM_ID.sub("", _ITEM_DECORATION.sub("", piece, count=1))
+            if text.strip():
+                items.append(text.strip())
+    return items
+
+
 def _memory_texts(messages: list[dict[str, Any]]) -> list[str]:
     """What counts as memory, oldest first: the prompt's memory blocks, then the conversation (user and system)."""
     texts: list[str] = []
     for i, message in enumerate(messages):
         role = message.get("role")
         if role == "system" and i == 0:
-            texts += _memory_blocks(_text(message.get("content")))
+            texts += [item for block in _memory_blocks(_text(message.get("content"))) for item in _block_items(block)]
         elif role in ("user", "system"):
             texts.append(_text(message.get("content")))
     return texts
