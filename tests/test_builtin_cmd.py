@@ -56,12 +56,13 @@ async def cmd_host(tmp_path: Path, work: Path) -> AsyncIterator[PluginServices]:
         yield services
 
 
-async def test_runs_one_program_with_quoted_words(cmd_host: PluginServices) -> None:
+async def test_runs_one_program_with_quoted_words(cmd_host: PluginServices, work: Path) -> None:
     value = await tool_value(cmd_host, "cmd_run", {"command": 'echo hello "big  world" \'x y\''})
     assert value["status"] == "ok" and value["exit_code"] == 0
     assert value["stdout"] == "hello big  world x y\n" and value["stderr"] == ""
     assert value["command"] == 'echo hello "big  world" \'x y\''
-    failed = await tool_value(cmd_host, "cmd_run", {"command": f"{PY} -c \"import sys; print('bad', file=sys.stderr); sys.exit(3)\""})
+    (work / "bad.py").write_text("import sys; print('bad', file=sys.stderr); sys.exit(3)")
+    failed = await tool_value(cmd_host, "cmd_run", {"command": f"{PY} bad.py"})
     assert failed["status"] == "failed" and failed["exit_code"] == 3 and failed["stderr"] == "bad\n"
     assert cmd_host.tools.get("cmd_run").no_memory is True  # type: ignore[union-attr]
 
@@ -80,6 +81,7 @@ async def test_shell_syntax_is_refused_unless_allowed(cmd_host: PluginServices) 
 
 
 async def test_timeout_kills_the_whole_tree(cmd_host: PluginServices, work: Path) -> None:
+    cmd_host.config.set("plugin.cmd.allow_shell", True)  # these tree tests need a shell
     started_at = time.monotonic()
     value = await tool_value(cmd_host, "cmd_run", {"command": "sh -c 'sleep 30 & echo $! > gc.pid; sleep 30'",
                                                    "timeout": 1})
@@ -90,6 +92,7 @@ async def test_timeout_kills_the_whole_tree(cmd_host: PluginServices, work: Path
 
 
 async def test_background_children_do_not_outlive_a_finished_command(cmd_host: PluginServices) -> None:
+    cmd_host.config.set("plugin.cmd.allow_shell", True)
     started_at = time.monotonic()
     value = await tool_value(cmd_host, "cmd_run", {"command": "sh -c 'sleep 30 & echo $!'"})
     assert time.monotonic() - started_at < 3
@@ -98,6 +101,7 @@ async def test_background_children_do_not_outlive_a_finished_command(cmd_host: P
 
 
 async def test_cancelling_the_call_kills_the_tree(cmd_host: PluginServices, work: Path) -> None:
+    cmd_host.config.set("plugin.cmd.allow_shell", True)
     task = asyncio.ensure_future(run_tool(cmd_host, "cmd_run", {"command": "sh -c 'sleep 30 & echo $! > gc.pid; wait'"}))
     for _ in range(200):
         if (work / "gc.pid").exists() and (work / "gc.pid").read_text().strip():
@@ -111,6 +115,7 @@ async def test_cancelling_the_call_kills_the_tree(cmd_host: PluginServices, work
 
 async def test_output_is_capped_with_a_note(cmd_host: PluginServices) -> None:
     cmd_host.config.set("plugin.cmd.max_output_bytes", 1000)
+    cmd_host.config.set("plugin.cmd.allow_shell", True)  # python -c counts as a shell
     value = await tool_value(cmd_host, "cmd_run", {"command": f"{PY} -c \"print('a' * 100000 + 'END')\""})
     assert value["truncated"] is True and value["status"] == "ok"
     assert "output truncated" in value["stdout"] and value["stdout"].rstrip().endswith("END")
@@ -212,6 +217,7 @@ async def test_cmd_through_the_agent_loop_and_turn_cancel(
             assert result.ok and result.text == "It printed."
             payload = json.loads(tool_messages(fake.requests[1].body)[0]["content"])
             assert payload["stdout"] == "from the loop\n" and payload["status"] == "ok"
+            d.config.set("plugin.cmd.allow_shell", True)  # the long command below is a shell
 
             fake.script(
                 Turn.tool_calls([("cmd_run", {"command": "sh -c 'sleep 30 & echo $! > gc.pid; wait'", "timeout": 60})]),
@@ -227,3 +233,128 @@ async def test_cmd_through_the_agent_loop_and_turn_cancel(
             cancelled = await turn
             assert cancelled.interrupted
             assert await wait_dead(int(pid_file.read_text()))
+
+
+# ---------------------------------------------------- shell parsing (issue 19)
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        ("echo a; uname", "';'"),
+        ("echo a|wc", "'|'"),
+        ("echo a>{out}", "'>'"),
+        ("echo a &", "'&'"),
+        ("cat < /etc/hostname", "'<'"),
+        ("echo $(id)", "'$('"),
+        ('echo "$(id)"', "'$('"),
+        ("echo `id`", "'`'"),
+        ("echo ${{HOME}}", "'${'"),
+        ("echo $HOME", "'$HOME'"),
+        ("echo a\nuname", "'a newline'"),
+        ("(echo a)", "'('"),
+        ("echo a # not a comment here", "'#'"),
+    ],
+)
+async def test_unquoted_shell_syntax_is_refused(cmd_host: PluginServices, work: Path, command: str, shown: str) -> None:
+    out = work / "x"
+    result = await run_tool(cmd_host, "cmd_run", {"command": command.format(out=out)})
+    assert result.success is False, command
+    message = result.result["content"]
+    assert shown in message and "without a shell" in message and "allow_shell" in message, message
+    assert not out.exists()
+    cmd_host.config.set("plugin.cmd.allow_shell", True)  # then the model is told to pass shell: true
+    result = await run_tool(cmd_host, "cmd_run", {"command": command.format(out=out)})
+    assert result.success is False and "shell: true" in result.result["content"]
+
+
+@pytest.mark.parametrize(
+    ("command", "stdout"),
+    [
+        ('echo "a|b" "x;y" "1 > 2" "&&"', "a|b x;y 1 > 2 &&\n"),
+        ("echo 'a|b' '$(id)' '`id`' '$HOME'", "a|b $(id) `id` $HOME\n"),
+        ("echo a\\|b a\\;b \\$HOME", "a|b a;b $HOME\n"),
+        ("echo price$ 50% a#b", "price$ 50% a#b\n"),
+        ('echo "two\nlines"', "two\nlines\n"),
+    ],
+)
+async def test_quoted_metacharacters_reach_the_program_as_text(cmd_host: PluginServices, command: str,
+                                                             stdout: str) -> None:
+    value = await tool_value(cmd_host, "cmd_run", {"command": command})
+    assert value["status"] == "ok" and value["stdout"] == stdout
+
+
+async def test_quoted_pipe_is_an_argument_of_grep(cmd_host: PluginServices, work: Path) -> None:
+    (work / "f.txt").write_text("a|b\nab\n")
+    value = await tool_value(cmd_host, "cmd_run", {"command": 'grep -F "a|b" f.txt'})
+    assert value["status"] == "ok" and value["stdout"] == "a|b\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        'sh -c "echo pwned > {out}"',
+        'bash -c "echo pwned > {out}"',
+        'dash -c "echo pwned > {out}"',
+        "/bin/sh -c 'echo pwned > {out}'",
+        "sh",
+        "env sh -c 'echo pwned > {out}'",
+        "env -i PATH=/usr/bin:/bin sh -c 'echo pwned > {out}'",
+        "env -S 'sh -c true'",
+        "timeout 5 sh -c 'echo pwned > {out}'",
+        "nice -n 1 bash -c 'echo pwned > {out}'",
+        "busybox sh -c 'echo pwned > {out}'",
+        PY + " -c \"open('{out}', 'w').write('pwned')\"",
+        "python3 -c \"open('{out}', 'w').write('pwned')\"",
+        "python3 -Bc \"open('{out}', 'w').write('pwned')\"",
+        "perl -e 'open(F, \">{out}\")'",
+        "perl -ne 'print'",
+        "ruby -e 'File.write(\"{out}\", \"x\")'",
+        "node -e 'require(\"fs\").writeFileSync(\"{out}\", \"x\")'",
+        "php -r 'file_put_contents(\"{out}\", \"x\");'",
+        "lua -e 'io.open(\"{out}\", \"w\")'",
+    ],
+)
+async def test_shells_and_inline_interpreters_count_as_a_shell(cmd_host: PluginServices, work: Path,
+                                                              command: str) -> None:
+    out = work / "pwned"
+    result = await run_tool(cmd_host, "cmd_run", {"command": command.format(out=out)})
+    assert result.success is False, command
+    message = result.result["content"]
+    assert "allow_shell" in message and ("shell" in message), message
+    assert not out.exists()
+
+
+async def test_symlinked_shell_is_seen_for_what_it_is(cmd_host: PluginServices, work: Path) -> None:
+    # a name that is not a shell, resolving to one (like /bin/sh -> dash, python3 -> python3.11)
+    (work / "helper").symlink_to("/bin/sh")
+    result = await run_tool(cmd_host, "cmd_run", {"command": "./helper -c 'echo pwned'"})
+    assert result.success is False and "shell" in result.result["content"]
+
+
+async def test_scripts_and_ordinary_flags_still_run(cmd_host: PluginServices, work: Path) -> None:
+    (work / "hello.py").write_text("import sys; print('hi', sys.argv[1:])")
+    value = await tool_value(cmd_host, "cmd_run", {"command": f"{PY} hello.py -c -e"})
+    assert value["status"] == "ok" and value["stdout"] == "hi ['-c', '-e']\n"
+    value = await tool_value(cmd_host, "cmd_run", {"command": "env LC_ALL=C ls -a"})
+    assert value["status"] == "ok" and "hello.py" in value["stdout"]
+    value = await tool_value(cmd_host, "cmd_run", {"command": "timeout 5 echo fine"})
+    assert value["stdout"] == "fine\n"
+
+
+async def test_shells_run_when_the_user_allows_them(cmd_host: PluginServices, work: Path) -> None:
+    cmd_host.config.set("plugin.cmd.allow_shell", True)
+    value = await tool_value(cmd_host, "cmd_run", {"command": "sh -c 'echo from-sh'"})
+    assert value["stdout"] == "from-sh\n"
+    piped = await tool_value(cmd_host, "cmd_run", {"command": "echo a; echo b | tr b c", "shell": True})
+    assert piped["status"] == "ok" and piped["stdout"] == "a\nc\n"
+
+
+async def test_an_allow_listed_interpreter_may_take_inline_code(cmd_host: PluginServices) -> None:
+    name = os.path.basename(PY)
+    cmd_host.config.set("plugin.cmd.allow_list", name)
+    result = await run_tool(cmd_host, "cmd_run", {"command": f"{name} -c \"print('listed')\""})
+    assert result.success is True and result.result["stdout"] == "listed\n"
+    cmd_host.config.set("plugin.cmd.allow_list", f"env,{name}")
+    result = await run_tool(cmd_host, "cmd_run", {"command": "env sh -c true"})
+    assert result.success is False and "'sh'" in result.result["content"]

@@ -59,8 +59,26 @@ POLL = 0.1
 PIPE_GRACE = 0.5
 MAX_COMMAND_CHARS = 100_000
 DEFAULT_DENY = "sudo,su,doas,pkexec,shutdown,reboot,poweroff,halt,mkfs"
-SHELL_OPERATORS = frozenset({"|", "||", "&&", ";", ";;", "&", "|&", ">", ">>", "<", "<<", "<<<", "2>", "2>>", "&>",
-                             "2>&1", ">&2", "1>&2"})
+# Programs that are a shell whatever their arguments, and interpreters whose inline-code
+# flags make them one (python -c, perl -e, node -e, php -r, ...). Matched by base name,
+# also of the resolved path (/usr/bin/python3 -> python3.11, /bin/sh -> dash).
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "pdksh", "ash", "yash", "fish", "csh", "tcsh",
+                    "rbash", "posh", "busybox", "toybox", "rc", "es", "xonsh", "nu", "elvish", "pwsh", "powershell"})
+_INTERPRETERS: tuple[tuple[re.Pattern[str], re.Pattern[str]], ...] = (
+    # (program name, an argument that carries code to run)
+    (re.compile(r"(python|pypy)[0-9.]*"), re.compile(r"-[A-Za-z]*c.*")),
+    (re.compile(r"perl[0-9.]*"), re.compile(r"-[A-Za-z0-9]*[eE].*")),
+    (re.compile(r"ruby[0-9.]*|jruby"), re.compile(r"-[A-Za-z0-9]*e.*")),
+    (re.compile(r"node(js)?[0-9.]*|bun|deno"), re.compile(r"-[A-Za-z]*[ep].*|--eval(=.*)?|--print(=.*)?|eval")),
+    (re.compile(r"php[0-9.]*"), re.compile(r"-[A-Za-z]*r.*|--run(=.*)?")),
+    (re.compile(r"lua[0-9.]*|luajit"), re.compile(r"-[A-Za-z]*e.*")),
+    (re.compile(r"tclsh[0-9.]*|wish[0-9.]*|expect"), re.compile(r"-c.*")),
+)
+# Programs that run the program named in their arguments (env sh, timeout 5 bash, ...).
+WRAPPERS = frozenset({"env", "nice", "nohup", "timeout", "stdbuf", "setsid", "time", "xargs", "ionice", "chrt",
+                      "taskset", "unbuffer", "flock", "script", "exec", "command", "builtin", "watch", "strace",
+                      "ltrace", "chroot", "unshare", "nsenter", "runuser", "firejail", "systemd-run"})
+_EXPANSION_START = re.compile(r"[A-Za-z_0-9({@*#?$!-]")
 _SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|COOKIE|SESSION|AUTH", re.IGNORECASE)
 
 
@@ -89,6 +107,102 @@ def _names(value: Any) -> list[str]:
     else:
         items = re.split(r"[,\s]+", str(value or ""))
     return [i.strip() for i in items if i.strip()]
+
+
+def shell_syntax(command: str) -> str | None:
+    """The first piece of ``command`` a POSIX shell would interpret, or None.
+
+    Why: without a shell such syntax reaches the program as plain text, and the model
+    would be told "ok" for a pipeline, redirection or substitution that never ran.
+    Quoting follows sh: inside single quotes everything is literal; inside double
+    quotes only ``$``-expansions and backquotes are interpreted; a backslash makes the
+    next character literal. So ``grep "a|b" file`` and ``grep a\\|b`` pass ``a|b`` to
+    grep, while ``echo a|wc``, ``echo "$(id)"`` and a newline between commands are
+    refused. Globs (``*``, ``?``) and ``~`` are not expanded and reach the program as
+    written (a missing file then fails visibly); they are not refused.
+    """
+    quote = ""
+    word_start = True
+    i, n = 0, len(command)
+    while i < n:
+        ch = command[i]
+        if quote == "'":
+            if ch == "'":
+                quote = ""
+            i += 1
+            continue
+        if ch == "\\":
+            i += 2
+            word_start = False
+            continue
+        if ch == "`":
+            return "`"
+        if ch == "$" and i + 1 < n and _EXPANSION_START.match(command[i + 1]):
+            name = re.match(r"[A-Za-z_0-9]+", command[i + 1:])
+            return "$" + (name.group(0) if name else command[i + 1])
+        if quote == '"':
+            if ch == '"':
+                quote = ""
+            i += 1
+            continue
+        if ch in "'\"":
+            quote = ch
+            word_start = False
+        elif ch in ";|&<>":
+            j = i
+            while j < n and command[j] in ";|&<>":
+                j += 1
+            return command[i:j]
+        elif ch in "()":
+            return ch
+        elif ch in "\n\r":
+            return "a newline"
+        elif ch == "#" and word_start:
+            return "#"
+        word_start = ch in " \t"
+        i += 1
+    return None
+
+
+def _base(word: str) -> str:
+    return os.path.basename(word)
+
+
+def shell_in(argv: list[str], resolved: str | None = None) -> tuple[str, str] | None:
+    """The shell or interpreter ``argv`` amounts to running and why, or None.
+
+    A shell program (``sh``, ``bash -c``, ``busybox sh``), an interpreter given code
+    inline (``python3 -c``, ``perl -e``, ``node -e``, ``php -r``, ``lua -e``), or
+    either of them behind a wrapper (``env sh``, ``timeout 5 bash``, ``xargs sh -c``).
+    ``resolved`` is argv[0]'s real path when known (so a symlink named otherwise is seen
+    for what it is). Name-based: a renamed copy of a shell is not recognised (the
+    bubblewrap sandbox is what confines those).
+    """
+    for k, word in enumerate(argv):
+        names = {_base(word)}
+        if k == 0 and resolved:
+            names.add(_base(resolved))
+        if names & SHELLS:
+            shell = sorted(names & SHELLS)[0]
+            return shell, f"{shell!r} is a shell" if k == 0 else f"{_base(argv[0])!r} runs the shell {shell!r}"
+        for program, inline in _INTERPRETERS:
+            name = next((m for m in sorted(names) if program.fullmatch(m)), None)
+            if name is None:
+                continue
+            for arg in argv[k + 1:]:
+                if arg == "--" or (not arg.startswith("-") and not inline.fullmatch(arg)):
+                    break  # a script file: its arguments are its own
+                if inline.fullmatch(arg):
+                    return name, f"{name!r} with {arg[:12]!r} runs code given on the command line, like a shell"
+            return None
+        if k == 0 and not names & WRAPPERS:
+            return None
+        if _base(argv[0]) == "env" and (word.startswith("-S") or word.startswith("--split-string")):
+            return "env -S", "'env -S' splits a command line like a shell"
+        if k > 0 and not word.startswith("-") and "=" not in word and not word.replace(".", "").isdigit():
+            if _base(word) not in WRAPPERS:
+                return None  # the wrapped program is neither a shell nor an interpreter
+    return None
 
 
 def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -417,6 +531,22 @@ class CmdPlugin:
             return f"{hit[0]!r} is in the deny-list of the cmd plugin"
         return None
 
+    def _allow_listed(self, name: str) -> bool:
+        """A shell or interpreter the user named in the allow-list runs as asked (their choice)."""
+        return name in _names(self._get("allow_list", ""))
+
+    def _check_resolved(self, argv: list[str], env: Mapping[str, str], cwd: str) -> str | None:
+        """The shell check again on argv[0]'s real path (``python3`` -> ``python3.11``). Blocking."""
+        program = argv[0]
+        found = os.path.join(cwd, program) if "/" in program else shutil.which(program, path=env.get("PATH"))
+        if not found:
+            return None
+        use = shell_in(argv, os.path.realpath(found))
+        if use is None or self._allow_listed(use[0]) or self._allow_listed(_base(program)):
+            return None
+        return (f"cmd_run refuses this: {use[1]}, and a shell is off (the user can turn on the "
+                "plugin.cmd.allow_shell setting; then pass shell: true).")
+
     # -- the tool ---------------------------------------------------------
 
     async def run(self, args: dict[str, Any]) -> Any:
@@ -450,20 +580,32 @@ class CmdPlugin:
                 return _err(f"cannot split the command: {e} (check the quotes)")
             if not argv:
                 return _err("command is empty")
-            operators = [w for w in argv if w in SHELL_OPERATORS]
-            if operators:
-                return _err(f"cmd_run runs one program without a shell, so {operators[0]!r} would reach the program "
-                            "as a plain argument. Run the programs one at a time (and write files with the files "
-                            "tools).")
+            allow_shell = bool(self._get("allow_shell", False))
+            how = ("pass shell: true to run it with /bin/sh -c" if allow_shell else
+                   "a shell is off (the user can turn on the plugin.cmd.allow_shell setting; then pass shell: true)")
+            syntax = shell_syntax(command)
+            if syntax:
+                return _err(f"cmd_run runs one program without a shell, so {syntax!r} would not do what a shell does "
+                            "(it would reach the program as plain text and nothing of it would run). Run the "
+                            f"programs one at a time (write files with the files tools), or quote it; {how}.")
             program = argv[0]
+            if not allow_shell:
+                use = shell_in(argv)
+                if use and not self._allow_listed(use[0]):
+                    return _err(f"cmd_run refuses this: {use[1]}, and {how}.")
         env = scrubbed_env()
         root, create = self._root()
         workdir = str(args.get("workdir") or "")
 
+        check_shell = not args.get("shell") and not self._get("allow_shell", False)
+
         def prepare() -> tuple[int, str, str, str | None]:
             fd, shown, cwd = _open_workdir(root, create, workdir)
             try:
-                return fd, shown, cwd, self._check_program(program, env, cwd)
+                refusal = self._check_program(program, env, cwd)
+                if refusal is None and check_shell:
+                    refusal = self._check_resolved(argv, env, cwd)
+                return fd, shown, cwd, refusal
             except BaseException:
                 os.close(fd)
                 raise
