@@ -324,3 +324,161 @@ def test_lua_functions_passed_to_host_outlive_the_call(sb: LuaSandbox) -> None:
     fn, spec = kept[0]
     assert spec == {"name": "double"}
     assert sb.call(fn, 21) == 42
+
+
+# ------------------------------------------------- the budget holds everywhere (issue 19)
+# Lua runs xpcall's message handler where the error was raised; when that is the count
+# hook, hooks are off while the handler runs. Each case runs on a daemon thread with a
+# deadline, so a regression fails the test instead of hanging the suite.
+
+
+def _within(seconds: float, fn: object, *args: object) -> object:
+    """Run ``fn(*args)`` on a daemon thread; fail if it has not returned after ``seconds``."""
+    import threading
+
+    out: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = fn(*args)  # type: ignore[operator]
+        except BaseException as exc:  # the caller inspects it
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    started = time.perf_counter()
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"the Lua call was not stopped within {seconds}s"
+    out["elapsed"] = time.perf_counter() - started
+    return out
+
+
+RUNAWAYS = {
+    "xpcall-loop-and-looping-handler": "return xpcall(function() while true do end end, function() while true do end end)",
+    "xpcall-error-then-looping-handler": "return xpcall(function() error('x') end, function() while true do end end)",
+    "pcall-in-a-loop": "while true do pcall(function() while true do end end) end",
+    "pcall-of-pcall-in-a-loop": "while true do pcall(pcall, function() while true do end end) end",
+    "index-metamethod-loop": "local t = setmetatable({}, {__index = function() while true do end end}) return t.x",
+    "handler-of-a-handler-loops": (
+        "return xpcall(function() error('outer') end, function(e)"
+        "  return xpcall(function() error(e) end, function() while true do end end) end)"
+    ),
+    "handler-catches-and-loops-again": (
+        "while true do xpcall(function() while true do end end, function(e)"
+        "  local n = 0 while true do n = n + 1 end end) end"
+    ),
+    "close-metamethod-loop": (
+        "local x <close> = setmetatable({}, {__close = function() while true do end end}) while true do end"
+    ),
+    "json-in-a-looping-handler": (
+        "return xpcall(function() error('x') end, function() while true do json.encode({1, 2, 3}) end end)"
+    ),
+}
+
+
+@pytest.mark.parametrize("body", list(RUNAWAYS.values()), ids=list(RUNAWAYS))
+def test_runaway_code_is_stopped_everywhere(sb: LuaSandbox, body: str) -> None:
+    out = _within(5.0, run, sb, body)
+    assert isinstance(out.get("error"), LuaBudgetExceeded), out
+    assert "instruction budget exceeded" in str(out["error"])
+    assert float(out["elapsed"]) < 2.0  # type: ignore[arg-type]
+    assert run(sb, "return 6 * 7") == 42  # the runtime stays usable
+
+
+def test_coroutines_are_not_available_to_scripts(sb: LuaSandbox) -> None:
+    # The count hook is per coroutine: a script's own coroutines would escape it. The
+    # sandbox hands out none (no `coroutine` library, none through load, _G or string
+    # methods), so a script can only run on the host's hooked workers.
+    body = "local co = coroutine.create(function() while true do end end) return coroutine.resume(co)"
+    out = _within(5.0, run, sb, body)
+    assert isinstance(out.get("error"), LuaError) and "coroutine" in str(out["error"])
+    assert run(sb, "return load('return coroutine')()") is None
+    assert run(sb, "return _G.coroutine") is None
+    assert run(sb, "return 1") == 1
+
+
+def test_memory_cap_holds_in_a_looping_handler() -> None:
+    small = LuaSandbox("small", max_memory=6 * 1024 * 1024, instruction_budget=500_000_000)
+    body = (
+        "return xpcall(function() local t = {} for i = 1, 1e8 do t[i] = string.rep('x', 100) .. i end end,"
+        " function() local t = {} while true do t[#t + 1] = {} end end)"
+    )
+    out = _within(5.0, run, small, body)
+    # the allocator's hard cap calls no handler (xpcall returns false); the hook's soft
+    # limit stops the job: either way it ends at once and within the cap
+    assert isinstance(out.get("error"), LuaMemoryExceeded) or out.get("value") is False, out
+    assert small.memory_used() < 6 * 1024 * 1024 + 4 * 1024 * 1024
+    assert run(small, "return 'still here'") == "still here"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "return #string.rep('x', 64 * 1024 * 1024)",
+        "local t = {} for i = 1, 64 do t[i] = string.rep('x', 1024 * 1024) .. i end return #table.concat(t)",
+        "local s = 'x' while true do s = s .. s end",
+        "local ok = pcall(string.rep, 'x', 64 * 1024 * 1024) local s = 'x' while true do s = s .. s end",
+    ],
+)
+def test_string_blowups_hit_the_memory_cap(body: str) -> None:
+    small = LuaSandbox("small", max_memory=8 * 1024 * 1024, instruction_budget=500_000_000)
+    out = _within(5.0, run, small, body)
+    assert isinstance(out.get("error"), LuaMemoryExceeded), out
+    assert small.memory_used() < 8 * 1024 * 1024 + 4 * 1024 * 1024
+    assert run(small, "return #string.rep('y', 1000)") == 1000
+
+
+def test_error_object_tostring_runs_under_a_budget(sb: LuaSandbox) -> None:
+    # the error is described by the host (no hook there): a looping __tostring must not hang it
+    out = _within(5.0, run, sb, "error(setmetatable({}, {__tostring = function() while true do end end}))")
+    assert isinstance(out.get("error"), LuaError) and "error object is a table value" in str(out["error"])
+    with pytest.raises(LuaError, match="a readable error"):
+        run(sb, "error(setmetatable({}, {__tostring = function() return 'a readable error' end}))")
+
+
+def test_host_conversion_never_runs_script_metamethods(sb: LuaSandbox) -> None:
+    # to_python walks tables on the host's main state: a table dressed up as the host's
+    # lazy object or json.raw value must not get its __index/__len run there
+    seen: list[object] = []
+    host = sb.wrap_function(lambda v: seen.append(v) or True, "host")
+    fake_lazy = (
+        "local host = ... local t = setmetatable({a = 1}, {__lazy = {b = '1'}, __index = function() while true do end end})"
+        " return host(t)"
+    )
+    out = _within(5.0, run, sb, fake_lazy, host)
+    assert out.get("error") is None and out["value"] is True
+    assert seen == [{"a": 1}]
+    fake_raw = (
+        "local host = ... local t = setmetatable({setmetatable({}, {__len = function() while true do end end})},"
+        " {__jsontype = 'raw'}) return host(t)"
+    )
+    out = _within(5.0, run, sb, fake_raw, host)
+    assert isinstance(out.get("error"), LuaError), out
+    assert run(sb, "return 1") == 1
+
+
+async def test_runaway_calls_do_not_exhaust_a_worker_pool() -> None:
+    # like the daemon: Lua plugins share a small thread pool and each turn waits 10 s at
+    # most. More runaway calls than workers, then a normal call still answers at once.
+    import concurrent.futures
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="lua-test")
+    loop = asyncio.get_running_loop()
+    sandboxes = [LuaSandbox(f"p{i}", instruction_budget=2_000_000) for i in range(3)]
+    evil = [
+        sbx.load(
+            "return function() return xpcall(function() while true do end end, function() while true do end end) end",
+            f"/plugins/p{i}/main.lua",
+        )
+        for i, sbx in enumerate(sandboxes)
+    ]
+    try:
+        calls = [loop.run_in_executor(pool, sandboxes[i % 3].call, evil[i % 3]) for i in range(12)]
+        results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), 10)
+        assert all(isinstance(r, LuaBudgetExceeded) for r in results), results
+        good = sandboxes[0].load("return function() return 'pong' end", "/plugins/p0/ok.lua")
+        started = time.perf_counter()
+        assert await asyncio.wait_for(loop.run_in_executor(pool, sandboxes[0].call, good), 1.0) == "pong"
+        assert time.perf_counter() - started < 0.5
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)

@@ -11,7 +11,14 @@ Why it looks the way it does:
   closures, and an ``attribute_filter`` denies every Python attribute anyway.
 * Every call runs inside a coroutine with a count hook: an endless loop stops
   with "instruction budget exceeded" at the file and line where it spun, even
-  through ``pcall``. Memory is capped by lupa's allocator. The cap is
+  through ``pcall``. Once over budget (or over the soft memory limit) the hook
+  fires on every instruction and errors each time, and ``xpcall``'s message
+  handler is skipped (Lua runs a handler for an error raised by the hook with
+  hooks off, so a looping handler would never stop). Scripts get no
+  ``coroutine`` library (the hook is per coroutine), and the host never runs a
+  script's metamethods outside a hooked worker: a ``__tostring`` error object is
+  converted on a worker with a small budget of its own, and host walks of tables
+  trust ``__lazy`` only on the host's own lazy objects. Memory is capped by lupa's allocator. The cap is
   tightened only while sandboxed code runs, so the host always keeps headroom
   for its own pushes (lupa aborts the process when an unprotected API call
   runs out of memory).
@@ -347,6 +354,11 @@ end
 -- proportion to the bytes handled, so loops over json calls still run out.
 local corunning = coroutine.running
 local charge -- charge(cost): defined with the job runner below
+-- tripped(): the running job has exhausted its instruction or memory budget (defined below).
+local tripped
+-- Metatables of the host's lazy objects: only these are trusted to carry `__lazy`/`__sizes`
+-- (a script can put those keys on its own metatables; host walks must never run its code).
+local lazy_mts = raw_setmetatable({}, {__mode = "k"})
 local helper
 local function helper_loop(f, a, b, c)
   while true do
@@ -413,6 +425,7 @@ local function lazy_object(t, pending, sizes)
     end
     return next, tt, nil
   end
+  lazy_mts[mt] = true
   dsetmetatable(t, mt)
   return t
 end
@@ -509,7 +522,7 @@ local buf, n, seen = {}, 0, {}
 local host_a, host_b, splices = false, false, false
 local SPLICE_MIN = 256
 local function spliced(t)
-  if splices and #t >= SPLICE_MIN and (t == host_a or t == host_b) then
+  if splices and type(t) == "string" and #t >= SPLICE_MIN and (t == host_a or t == host_b) then
     n = n + 1; buf[n] = ""
     local k = #splices
     splices[k + 1], splices[k + 2] = n, (t == host_a) and 1 or 2
@@ -584,7 +597,7 @@ function enc(v, depth)
           if not spliced(t) then n = n + 1; buf[n] = t end
           return
         end
-        pending = rawget(mt, "__lazy")
+        if lazy_mts[mt] then pending = rawget(mt, "__lazy") end
       end
       if seen[v] then error("json.encode: cycle in table", 0) end
       if depth > 200 then error("json.encode: nested too deep", 0) end
@@ -781,6 +794,20 @@ local function http_post(url, body, headers) return http_call("POST", url, body,
 
 local new_env
 
+-- xpcall's message handler runs where the error was raised. When that is the count
+-- hook (the budget ran out), Lua runs it with hooks disabled, so a looping handler
+-- would never be stopped. Once the job's budget is exhausted the handler is skipped:
+-- the error goes straight back to xpcall's caller, where the next hook call errors again.
+local function safe_xpcall(f, msgh, ...)
+  if type(msgh) ~= "function" then
+    error("bad argument #2 to 'xpcall' (function expected, got " .. type(msgh) .. ")", 2)
+  end
+  return xpcall(f, function(e)
+    if tripped() then return e end
+    return msgh(e)
+  end, ...)
+end
+
 local function safe_load(chunk, chunkname, mode, env)
   if type(chunk) ~= "string" then return nil, "load: only source strings are accepted in the sandbox" end
   if byte(chunk, 1) == 27 then return nil, "load: binary chunks are not allowed" end
@@ -792,7 +819,7 @@ end
 function new_env()
   local env = {
     assert = assert, error = error, ipairs = ipairs, next = next, pairs = pairs, pcall = pcall,
-    xpcall = xpcall, select = select, tonumber = tonumber, tostring = tostring, type = type,
+    xpcall = safe_xpcall, select = select, tonumber = tonumber, tostring = tostring, type = type,
     rawequal = rawequal, rawget = rawget, rawlen = rawlen, rawset = rawset, unpack = unpack,
     getmetatable = safe_getmetatable, setmetatable = safe_setmetatable, load = safe_load,
     string = safe_string, table = safe_table, math = safe_math, utf8 = safe_utf8,
@@ -825,6 +852,8 @@ local function where(co)
   return "", ""
 end
 
+local error_text -- error_text(err): a script's error object as text, under a budget (below)
+
 local function classify(w, err)
   local co = w.co
   local kind = "runtime"
@@ -832,14 +861,18 @@ local function classify(w, err)
   if w.exceeded then
     kind = "budget"
     msg = "instruction budget exceeded (" .. w.budget .. " instructions)"
+  elseif w.oom then
+    kind = "memory"
+    msg = "not enough memory (memory limit of the Lua state)"
   elseif type(err) == "string" then
     msg = err
     if find(err, "not enough memory", 1, true) then kind = "memory"
     elseif find(err, "json.decode: ", 1, true) then kind = "json" end
   else
     local mt = dgetmetatable(err)
-    if type(err) == "table" and mt and rawget(mt, "__tostring") then msg = tostring(err)
-    else msg = "error object is a " .. type(err) .. " value" end
+    -- classify runs on the host's main state: a script's __tostring runs on a worker of its own
+    if type(err) == "table" and mt and rawget(mt, "__tostring") then msg = error_text(err) end
+    if msg == nil then msg = "error object is a " .. type(err) .. " value" end
   end
   local loc, fn = where(co)
   local tb = traceback(co, nil, 0) or ""
@@ -853,7 +886,15 @@ end
 
 local by_co = raw_setmetatable({}, {__mode = "k"}) -- worker coroutine -> its worker
 
+-- Once a job is over budget its hook fires on every instruction and errors each time:
+-- pcall can catch one error, but the next instruction after it raises again.
 local function again() error("instruction budget exceeded", 2) end
+local function again_memory() error("not enough memory", 2) end
+
+function tripped()
+  local w = by_co[corunning()]
+  return w ~= nil and (w.exceeded or w.oom)
+end
 
 function charge(cost)
   local w = by_co[corunning()]
@@ -868,7 +909,7 @@ function charge(cost)
 end
 
 local function new_worker()
-  local w = {co = cocreate(job_loop), used = 0, budget = 0, step = 0, soft = 0, exceeded = false}
+  local w = {co = cocreate(job_loop), used = 0, budget = 0, step = 0, soft = 0, exceeded = false, oom = false}
   local co = w.co
   by_co[co] = w
   w.hook = function()
@@ -881,10 +922,27 @@ local function new_worker()
     end
     if w.soft > 0 and gc("count") > w.soft then
       gc("collect")
-      if gc("count") > w.soft then error("not enough memory", 2) end
+      if gc("count") > w.soft then
+        w.oom = true -- terminal like the instruction budget (see `again`)
+        sethook(co, again_memory, "", 1)
+        error("not enough memory", 2)
+      end
     end
   end
   return w
+end
+
+-- A script's error object with a __tostring metamethod, converted on a fresh worker
+-- under a small budget of its own (nil when that fails or does not finish).
+local ERROR_TEXT_BUDGET = 100000
+function error_text(err)
+  local w = new_worker()
+  w.used, w.budget, w.step, w.soft, w.exceeded, w.oom = 0, ERROR_TEXT_BUDGET, 1000, 0, false, false
+  sethook(w.co, w.hook, "", w.step)
+  local ok, tag, text = coresume(w.co, tostring, err)
+  by_co[w.co] = nil
+  if ok and tag == DONE and type(text) == "string" then return text end
+  return nil
 end
 
 -- Results go back inline when they are all scalars; otherwise they are parked
@@ -924,7 +982,7 @@ local function start(budget, soft_kb, scalars, fn, ...)
     w = new_worker()
   end
   local step = budget < 100000 and budget or 100000
-  w.used, w.budget, w.step, w.soft, w.exceeded, w.scalars = 0, budget, step, soft_kb, false, scalars
+  w.used, w.budget, w.step, w.soft, w.exceeded, w.oom, w.scalars = 0, budget, step, soft_kb, false, false, scalars
   sethook(w.co, w.hook, "", step)
   next_id = next_id + 1
   return settle(next_id, w, coresume(w.co, fn, ...))
@@ -955,9 +1013,15 @@ local function flatten(root)
     if type(v) == "table" then
       local kind = jsontype(v)
       if kind == "null" then nt = nt + 1; types[nt] = "z"; return end
-      if kind == "raw" then return walk(decode_host(rawget(v, 1)), depth) end
+      -- flatten runs on the host's main state (no hook): it must never call a script's
+      -- metamethods, so only the host's own lazy objects are read through __index.
+      if kind == "raw" then
+        local text = rawget(v, 1)
+        if type(text) ~= "string" then error("json.raw value without text", 0) end
+        return walk(decode_host(text), depth)
+      end
       local lmt = dgetmetatable(v)
-      if lmt and rawget(lmt, "__lazy") then for k in next, rawget(lmt, "__lazy") do local _ = v[k] end end
+      if lmt and lazy_mts[lmt] then for k in next, rawget(lmt, "__lazy") do local _ = v[k] end end
       if seen[v] then error("cannot convert a table that contains itself", 0) end
       if depth > 200 then error("table nested too deep", 0) end
       seen[v] = true
