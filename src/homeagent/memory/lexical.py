@@ -29,7 +29,7 @@ import threading
 import unicodedata
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,9 +91,9 @@ class Analyzer:
                     import jieba
 
                     jieba.setLogLevel(logging.WARNING)
-                    # jieba's global tokenizer, not a private ``jieba.Tokenizer()``: the indexer's keyword
-                    # extraction (``jieba.analyse``) loads that one anyway, and each copy of the dictionary
-                    # costs ~60 MiB of RSS (bench/bench_footprint.py --imports).
+                    # jieba's global tokenizer, not a private ``jieba.Tokenizer()``: a plugin or library that
+                    # calls ``jieba.lcut`` loads that one anyway, and each copy of the dictionary costs ~60 MiB
+                    # of RSS (bench/bench_footprint.py --imports).
                     tok = jieba.dt
                     # jieba reads its own cache (jieba.cache in the temp dir) with marshal.load on a file
                     # object, ~1.2 s and most of what the first reply waited for; marshal.loads of the bytes
@@ -121,6 +121,11 @@ class Analyzer:
 
                     self._stemmer = Stemmer.Stemmer("english")
         return self._stemmer
+
+    def dictionary(self) -> tuple[Mapping[str, int], int]:
+        """jieba's word frequencies and their total (loads the dictionary): an IDF for keyword ranking."""
+        tok = self._segmenter()
+        return tok.FREQ, int(tok.total)
 
     def segment(self, text: str) -> list[str]:
         """jieba words of ``text`` (used for keywords and by word-vector embedders)."""
