@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import logging
 import logging.handlers
 import os
@@ -34,6 +32,7 @@ from homeagent.agent.tools import ToolRegistry
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
 from homeagent.control import ConfigControl
+from homeagent.datalock import AlreadyRunning, DataDirLock
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import IOManager
@@ -69,47 +68,6 @@ _S = TypeVar("_S")
 """A store :meth:`Daemon._open_store` opens."""
 
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
-
-
-class AlreadyRunning(Exception):
-    pass
-
-
-class DataDirLock:
-    """An exclusive lock on the data directory, so two daemons never share one."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                raise
-            try:
-                pid = os.pread(fd, 32, 0).decode().strip() or "?"
-            except OSError:
-                pid = "?"
-            os.close(fd)
-            raise AlreadyRunning(
-                f"another HomeAgent daemon (pid {pid}) is already running on {self.path.parent}; "
-                "stop it with `homeagent stop` or use another --data-dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, 0)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
 
 
 class Daemon:

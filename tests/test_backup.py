@@ -1,0 +1,207 @@
+"""`homeagent backup` / `homeagent restore` on real data directories (real SQLite, real files, the real CLI).
+
+The daemon-as-a-process round trip is in test_backup_e2e.py; here the stores are
+written in-process, as the daemon writes them, including while the backup runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from homeagent.backup import MANIFEST_NAME, BackupError, create_backup, restore_backup, verify
+from homeagent.cli.main import main
+from homeagent.config import ConfigRegistry, core_defs
+from homeagent.datalock import DataDirLock
+from homeagent.memory.cleaners import CleanerChain
+from homeagent.memory.context import ContextEvent, RelevanceContext
+from homeagent.memory.documents import DocumentStore
+
+
+def make_data_dir(root: Path) -> Path:
+    """A data directory with every kind of file the daemon leaves there."""
+    reg = ConfigRegistry(root / "config.db")
+    for d in core_defs(root):
+        reg.register_def(d)
+    reg.set("core.agent.max_tool_turns", 17)
+    reg.close()
+    docs = DocumentStore(root / "memory" / "documents.db", None)
+    docs.commit("The boat registration number is PT-4471-LX.", "boat registration")
+    docs.close()
+    ctx = RelevanceContext(root / "memory" / "context.json", None, None, CleanerChain())
+    ctx.append(ContextEvent(kind="user", input="my name is Zed", ts=1.0))
+    ctx.save_sync()  # a snapshot holding the first event...
+    ctx.append(ContextEvent(kind="user", input="I live in Lisbon", ts=2.0))
+    ctx._journal.sync()  # ...and the second one only in the journal, as a running daemon has it
+    (root / "memory" / "text").mkdir()
+    (root / "memory" / "text" / "turns.jsonl").write_bytes(b'{"input": "hello"}\n{"input": "half a li')
+    (root / "knowledge" / "boat").mkdir(parents=True)
+    (root / "knowledge" / "boat" / "content.md").write_text("# Boat\nMoored in Cascais.\n")
+    plugin = root / "plugins" / "echo"
+    plugin.mkdir(parents=True)
+    (plugin / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (plugin / "run.sh").chmod(0o755)
+    (root / "memory" / "graph.db.corrupt-20260101-000000").write_bytes(b"garbage")
+    (root / "daemon.lock").write_text("")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(root / "cli.sock"))
+    sock.close()
+    return root
+
+
+def test_backup_then_restore_gives_back_every_store_and_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = make_data_dir(tmp_path / "d")
+    assert main(["--data-dir", str(src), "backup", str(tmp_path / "b")]) == 0
+    out = capsys.readouterr().out
+    assert "backed up" in out and "2 SQLite stores" in out
+    assert "skipped memory/graph.db.corrupt-20260101-000000: set aside as damaged" in out
+    manifest = json.loads((tmp_path / "b" / MANIFEST_NAME).read_text())
+    paths = {f["path"]: f for f in manifest["files"]}
+    assert set(paths) == {
+        "config.db", "memory/documents.db", "memory/context.json", "memory/context.journal",
+        "memory/text/turns.jsonl", "knowledge/boat/content.md", "plugins/echo/run.sh",
+    }
+    assert manifest["source"] == str(src) and manifest["created"]
+    assert all(len(f["sha256"]) == 64 and f["size"] >= 0 for f in manifest["files"])
+    assert not list(src.glob("**/*-wal")) and not list(src.glob("**/*-shm"))  # the source is left as it was
+
+    new = tmp_path / "restored"
+    assert main(["restore", str(tmp_path / "b"), "--data-dir", str(new)]) == 0
+    assert f"homeagent --data-dir {new} run" in capsys.readouterr().out
+    reg = ConfigRegistry(new / "config.db")
+    assert reg.get("core.agent.max_tool_turns") == 17
+    reg.close()
+    docs = DocumentStore(new / "memory" / "documents.db", None)
+    assert [d.content for d in docs.query("boat registration", 1)] == ["The boat registration number is PT-4471-LX."]
+    docs.close()
+    ctx = RelevanceContext(new / "memory" / "context.json", None, None, CleanerChain(), read_only=True)
+    assert [e.input for e in ctx.timeline()] == ["my name is Zed", "I live in Lisbon"]
+    assert (new / "memory" / "text" / "turns.jsonl").read_bytes() == b'{"input": "hello"}\n'  # no torn line
+    assert (new / "knowledge" / "boat" / "content.md").read_text() == "# Boat\nMoored in Cascais.\n"
+    assert os.access(new / "plugins" / "echo" / "run.sh", os.X_OK)
+    assert not (new / "cli.sock").exists() and not (new / "daemon.lock").exists()
+    assert (new / "log").is_dir() and (new.stat().st_mode & 0o777) == 0o700
+
+
+def test_sqlite_store_backed_up_while_it_is_written_is_a_consistent_snapshot(tmp_path: Path) -> None:
+    src = make_data_dir(tmp_path / "d")
+    db_path = src / "plugin_data" / "busy" / "rows.db"
+    db_path.parent.mkdir(parents=True)
+    writer = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE t (n INTEGER, pad TEXT)")
+    stop = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        while not stop.is_set():
+            writer.execute("BEGIN")
+            writer.execute("INSERT INTO t VALUES (?, ?)", (written[0], "x" * 500))
+            writer.execute("INSERT INTO t VALUES (?, ?)", (written[0], "y" * 500))  # two rows per transaction
+            writer.execute("COMMIT")
+            written[0] += 1
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    try:
+        while written[0] < 200:
+            threading.Event().wait(0.01)
+        before = written[0]
+        create_backup(src, tmp_path / "b")
+        after = written[0]
+    finally:
+        stop.set()
+        thread.join()
+        writer.close()
+    restore_backup(tmp_path / "b", tmp_path / "r")
+    copy = sqlite3.connect(tmp_path / "r" / "plugin_data" / "busy" / "rows.db")
+    assert copy.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    rows = copy.execute("SELECT COUNT(*), COUNT(DISTINCT n) FROM t").fetchone()
+    copy.close()
+    assert rows[0] == 2 * rows[1]  # whole transactions only
+    assert before <= rows[1] <= after + 1
+
+
+def test_backup_refuses_a_non_empty_destination_one_inside_the_data_dir_and_a_non_data_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = make_data_dir(tmp_path / "d")
+    dest = tmp_path / "b"
+    dest.mkdir()
+    (dest / "keep.txt").write_text("mine")
+    assert main(["--data-dir", str(src), "backup", str(dest)]) == 1
+    assert "is not empty" in capsys.readouterr().err
+    assert [p.name for p in dest.iterdir()] == ["keep.txt"]
+    with pytest.raises(BackupError, match="inside the data directory"):
+        create_backup(src, src / "backups" / "today")
+    assert not (src / "backups").exists()
+    with pytest.raises(BackupError, match=r"no config\.db"):
+        create_backup(tmp_path / "b", tmp_path / "b2")
+
+
+def test_a_damaged_backup_is_named_and_nothing_is_restored(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = make_data_dir(tmp_path / "d")
+    create_backup(src, tmp_path / "b")
+    docs_copy = tmp_path / "b" / "data" / "memory" / "documents.db"
+    good = docs_copy.read_bytes()
+
+    docs_copy.write_bytes(good[:-100])  # truncated
+    assert main(["restore", str(tmp_path / "b"), "--data-dir", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err
+    assert "data/memory/documents.db" in err and "truncated" in err
+    assert not (tmp_path / "r").exists()
+
+    docs_copy.write_bytes(good[:5000] + bytes([good[5000] ^ 1]) + good[5001:])  # one bit flipped
+    with pytest.raises(BackupError, match=r"data/memory/documents.db does not match its sha256"):
+        restore_backup(tmp_path / "b", tmp_path / "r")
+    assert main(["restore", "--check", str(tmp_path / "b")]) == 1
+    assert not (tmp_path / "r").exists() and not list(tmp_path.glob(".r.restoring-*"))
+
+    docs_copy.write_bytes(good)
+    (tmp_path / "b" / "data" / "config.db").unlink()
+    with pytest.raises(BackupError, match=r"data/config\.db is missing"):
+        restore_backup(tmp_path / "b", tmp_path / "r")
+
+    (tmp_path / "b" / MANIFEST_NAME).unlink()  # as an interrupted backup leaves it
+    with pytest.raises(BackupError, match="interrupted"):
+        restore_backup(tmp_path / "b", tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_manifest_cannot_write_outside_the_target(tmp_path: Path) -> None:
+    src = make_data_dir(tmp_path / "d")
+    create_backup(src, tmp_path / "b")
+    manifest_path = tmp_path / "b" / MANIFEST_NAME
+    doc = json.loads(manifest_path.read_text())
+    doc["files"][0]["path"] = "../../escaped"
+    manifest_path.write_text(json.dumps(doc))
+    with pytest.raises(BackupError, match="unsafe path"):
+        restore_backup(tmp_path / "b", tmp_path / "r")
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "r").exists()
+
+
+def test_restore_refuses_a_data_dir_in_use_or_not_empty_and_fills_an_empty_one(tmp_path: Path) -> None:
+    src = make_data_dir(tmp_path / "d")
+    create_backup(src, tmp_path / "b")
+    # the source itself: a daemon runs on it
+    lock = DataDirLock(src / "daemon.lock")
+    lock.acquire()
+    try:
+        with pytest.raises(BackupError, match=re.escape(f"daemon (pid {os.getpid()}) is running on {src}")):
+            restore_backup(tmp_path / "b", src)
+    finally:
+        lock.release()
+    with pytest.raises(BackupError, match="is not empty"):
+        restore_backup(tmp_path / "b", src)
+    assert json.loads(verify(tmp_path / "b").to_json())["source"] == str(src)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    manifest = restore_backup(tmp_path / "b", empty)
+    assert {f.path for f in manifest.files} <= {p.relative_to(empty).as_posix() for p in empty.rglob("*")}
