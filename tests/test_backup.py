@@ -205,3 +205,39 @@ def test_restore_refuses_a_data_dir_in_use_or_not_empty_and_fills_an_empty_one(t
     empty.mkdir()
     manifest = restore_backup(tmp_path / "b", empty)
     assert {f.path for f in manifest.files} <= {p.relative_to(empty).as_posix() for p in empty.rglob("*")}
+
+
+def test_the_context_window_is_copied_consistently_while_the_daemon_appends_and_compacts(tmp_path: Path) -> None:
+    """Every backup holds a prefix of the appended turns (no gap, no torn line), whatever compactions ran meanwhile."""
+    src = make_data_dir(tmp_path / "d")
+    ctx = RelevanceContext(src / "memory" / "context.json", None, None, CleanerChain(), top_k=10_000)
+    base = [e.input for e in ctx.timeline()]
+    stop = threading.Event()
+
+    def daemon_like_writer() -> None:
+        i = 0
+        while not stop.is_set():
+            ctx.append(ContextEvent(kind="user", input=f"turn {i}", ts=10.0 + i))
+            ctx._journal.sync()
+            if i % 3 == 2:
+                ctx.save_sync()  # compaction: a new snapshot, the journal emptied
+            i += 1
+
+    thread = threading.Thread(target=daemon_like_writer)
+    thread.start()
+    try:
+        copies = []
+        for n in range(8):
+            create_backup(src, tmp_path / f"b{n}")
+            copies.append(tmp_path / f"b{n}" / "data" / "memory" / "context.json")
+    finally:
+        stop.set()
+        thread.join()
+    seen = set()
+    for copy in copies:
+        inputs = [e.input for e in RelevanceContext(copy, None, None, CleanerChain(), read_only=True).timeline()]
+        assert inputs[: len(base)] == base
+        turns = inputs[len(base):]
+        assert turns == [f"turn {i}" for i in range(len(turns))], f"a gap in {copy}: {turns}"
+        seen.add(len(turns))
+    assert len(seen) > 1  # the backups really ran while the window grew

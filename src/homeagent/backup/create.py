@@ -13,10 +13,10 @@ How each kind of file is copied so that the copy is whole:
   ``memory/graph.db``, ``memory/documents.db``, plugin stores) go through
   SQLite's online backup API in one step: a snapshot of one transaction, read
   through the WAL without blocking the daemon's writers.
-- ``context.json`` and its ``context.journal`` are read as a pair: the snapshot
-  (replaced atomically by the daemon) and then the journal, which must continue
-  right after the snapshot's ``journal_seq``; if a compaction slipped in
-  between, the pair is read again. A torn last journal line is left out.
+- ``context.journal`` and then ``context.json`` (replaced atomically by the
+  daemon) are read as a pair that always loads as a state the window had, also
+  when a compaction runs in between (see ``_copy_context``). A torn last
+  journal line is left out.
 - ``*.jsonl`` logs are copied up to their last complete line.
 - Other files are copied and re-read if they changed during the copy.
 
@@ -31,7 +31,6 @@ the data directory are listed in the manifest, not copied.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import sqlite3
@@ -272,45 +271,35 @@ def _open_ro(path: Path) -> sqlite3.Connection:
 
 
 def _copy_context(item: _Item, data: Path, mode: int) -> list[FileEntry]:
-    """The context snapshot and its journal as one consistent state (see the module docstring)."""
+    """The context snapshot and its journal as one consistent state, without pausing the daemon.
+
+    The journal is read first, then the snapshot. Without a compaction in
+    between, the snapshot is the one the journal continues; with one, the newer
+    snapshot holds every record the journal copy has (its ``journal_seq`` is at
+    least their number), so replay skips them. Either way the pair loads as a
+    state the window really had. (The other order can leave a gap: an old
+    snapshot and a journal emptied by a compaction in between.) A torn last
+    line of the journal, a write in progress, is left out.
+    """
     snapshot = item.path if item.kind == "context" else item.path.with_suffix(".json")
     journal = journal_path(snapshot)
     snap_rel = item.rel if item.kind == "context" else item.rel.with_suffix(".json")
     journal_rel = snap_rel.with_suffix(".journal")
-    for _ in range(RETRIES):
-        try:
-            snap = snapshot.read_bytes()
-        except FileNotFoundError:
-            snap = None
-        seq = _journal_seq(snap)
-        try:
-            tail = journal.read_bytes()
-        except FileNotFoundError:
-            tail = b""
-        found = read_journal(tail)
-        newer = [r["s"] for r in found.records if r["s"] > seq]
-        if not newer or min(newer) == seq + 1:
-            break
-        # A compaction ran between the two reads: read the pair again. A gap that
-        # stays is in the data directory itself (the daemon reports it at start),
-        # and the pair is copied as it is.
-        time.sleep(0.05)
+    try:
+        tail: bytes | None = journal.read_bytes()
+    except FileNotFoundError:
+        tail = None
+    try:
+        snap: bytes | None = snapshot.read_bytes()
+    except FileNotFoundError:
+        snap = None
     entries = []
     if snap is not None:
         entries.append(_write_entry(snap_rel, data / snap_rel, "context", [snap], mode))
-    if journal.exists():
-        entries.append(_write_entry(journal_rel, data / journal_rel, "journal", [tail[: found.good_bytes]], mode))
+    if tail is not None:
+        good = read_journal(tail).good_bytes
+        entries.append(_write_entry(journal_rel, data / journal_rel, "journal", [tail[:good]], mode))
     return entries
-
-
-def _journal_seq(snapshot: bytes | None) -> int:
-    if snapshot is None:
-        return 0
-    try:
-        doc = json.loads(snapshot)
-        return int(doc.get("journal_seq", 0) or 0) if isinstance(doc, dict) else 0
-    except (ValueError, TypeError):
-        return 0  # an unreadable snapshot is copied as it is; the daemon sets it aside at start
 
 
 def _copy_file(item: _Item, target: Path, mode: int) -> FileEntry:
