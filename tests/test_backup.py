@@ -241,3 +241,27 @@ def test_the_context_window_is_copied_consistently_while_the_daemon_appends_and_
         assert turns == [f"turn {i}" for i in range(len(turns))], f"a gap in {copy}: {turns}"
         seen.add(len(turns))
     assert len(seen) > 1  # the backups really ran while the window grew
+
+
+def test_a_tar_gz_backup_restores_and_a_truncated_one_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = make_data_dir(tmp_path / "d")
+    archive = tmp_path / "home.tar.gz"
+    assert main(["--data-dir", str(src), "backup", str(archive)]) == 0
+    assert archive.is_file() and (archive.stat().st_mode & 0o777) == 0o600
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no folder left behind
+    assert main(["--data-dir", str(src), "backup", str(archive)]) == 1
+    assert "exists" in capsys.readouterr().err
+
+    assert main(["restore", "--check", str(archive)]) == 0
+    assert "is whole" in capsys.readouterr().out
+    assert main(["restore", str(archive), "--data-dir", str(tmp_path / "r")]) == 0
+    docs = DocumentStore(tmp_path / "r" / "memory" / "documents.db", None)
+    assert docs.count() == 1
+    docs.close()
+
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    assert main(["restore", str(cut), "--data-dir", str(tmp_path / "r2")]) == 1
+    err = capsys.readouterr().err
+    assert f"backup {cut} is damaged or truncated" in err
+    assert not (tmp_path / "r2").exists() and not list(tmp_path.glob(".homeagent-unpack-*"))

@@ -2,6 +2,6 @@
 
 from homeagent.backup.create import create_backup
 from homeagent.backup.manifest import MANIFEST_NAME, BackupError, Manifest, verify
-from homeagent.backup.restore import restore_backup
+from homeagent.backup.restore import check_backup, restore_backup
 
-__all__ = ["MANIFEST_NAME", "BackupError", "Manifest", "create_backup", "restore_backup", "verify"]
+__all__ = ["MANIFEST_NAME", "BackupError", "Manifest", "check_backup", "create_backup", "restore_backup", "verify"]

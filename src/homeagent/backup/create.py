@@ -43,6 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from homeagent import __version__
+from homeagent.backup.archive import is_archive, pack
 from homeagent.backup.manifest import (
     DATA_NAME,
     MANIFEST_NAME,
@@ -80,6 +81,8 @@ def create_backup(root: Path, dest: Path, *, progress: Callable[[str], None] | N
     """
     root = Path(root).resolve()
     dest = Path(dest).absolute()
+    if is_archive(dest):
+        return _create_archive(root, dest, progress)
     if not (root / "config.db").is_file():
         raise BackupError(f"{root} is not a HomeAgent data directory (it has no config.db)")
     if dest.resolve() == root or dest.resolve().is_relative_to(root):
@@ -114,6 +117,20 @@ def create_backup(root: Path, dest: Path, *, progress: Callable[[str], None] | N
                     with contextlib.suppress(OSError):
                         child.unlink()
         raise
+    return manifest
+
+
+def _create_archive(root: Path, archive: Path, progress: Callable[[str], None] | None) -> Manifest:
+    """A backup folder made beside ``archive``, packed into it, then removed."""
+    if archive.exists() or archive.is_symlink():
+        raise BackupError(f"{archive} exists; name a new file (a backup never overwrites)")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    folder = archive.with_name(f".{archive.name}.{os.getpid()}.partial-dir")
+    try:
+        manifest = create_backup(root, folder, progress=progress)
+        pack(folder, archive)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return manifest
 
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
+from homeagent.backup.archive import is_archive, unpacked
 from homeagent.backup.manifest import (
     DATA_NAME,
     BackupError,
@@ -33,10 +35,27 @@ from homeagent.datalock import lock_holder
 from homeagent.paths import DataPaths
 
 
+def check_backup(backup: Path) -> Manifest:
+    """Verify a backup folder or ``.tar.gz`` against its manifest, writing nothing else; returns the manifest."""
+    backup = Path(backup).absolute()
+    if is_archive(backup):
+        with unpacked(backup, near=Path(tempfile.gettempdir())) as folder:
+            return verify(folder)
+    return verify(backup)
+
+
 def restore_backup(backup: Path, target: Path) -> Manifest:
-    """Restore ``backup`` into the new or empty folder ``target``; returns the verified manifest."""
+    """Restore ``backup`` (a folder or ``.tar.gz``) into the new or empty folder ``target``; returns the manifest."""
     backup = Path(backup).absolute()
     target = Path(target).absolute()
+    if is_archive(backup):
+        _check_target(target)  # before unpacking what may be gigabytes
+        with unpacked(backup, near=target.parent) as folder:
+            return _restore_folder(folder, target, shown=backup)
+    return _restore_folder(backup, target, shown=backup)
+
+
+def _restore_folder(backup: Path, target: Path, *, shown: Path) -> Manifest:
     manifest = verify(backup)
     _check_target(target)
     staging = target.parent / f".{target.name}.restoring-{os.getpid()}"
@@ -55,7 +74,7 @@ def restore_backup(backup: Path, target: Path) -> Manifest:
                 os.close(fd)
             if (size, digest) != (entry.size, entry.sha256):
                 raise BackupError(
-                    f"backup {backup} changed while it was restored: {DATA_NAME}/{entry.path} no longer matches "
+                    f"backup {shown} changed while it was restored: {DATA_NAME}/{entry.path} no longer matches "
                     "its manifest; nothing was restored"
                 )
             os.chmod(out, entry.mode)

@@ -16,14 +16,14 @@ def register(sub: Any) -> None:
     backup = sub.add_parser(
         "backup", help="copy the data directory into a new folder, consistently, also while the daemon runs"
     )
-    backup.add_argument("dest", help="a new or empty folder for the backup")
+    backup.add_argument("dest", help="a new or empty folder for the backup, or a new file ending in .tar.gz")
     backup.add_argument("--data-dir", default=argparse.SUPPRESS, help="the data directory to back up")
     backup.add_argument("--quiet", "-q", action="store_true", help="print only problems")
     backup.set_defaults(func=cmd_backup)
     restore = sub.add_parser(
         "restore", help="check a backup and restore it into a new or empty data directory"
     )
-    restore.add_argument("src", help="a folder made by `homeagent backup`")
+    restore.add_argument("src", help="a folder or .tar.gz made by `homeagent backup`")
     restore.add_argument("--data-dir", default=argparse.SUPPRESS,
                          help="the data directory to create (new or empty; no daemon may run on it)")
     restore.add_argument("--check", action="store_true", help="only verify the backup's files; write nothing")
@@ -60,13 +60,13 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from homeagent.backup import BackupError, restore_backup, verify
+    from homeagent.backup import BackupError, check_backup, restore_backup
     from homeagent.cli.main import paths_from
 
     source = Path(args.src)
     try:
         if args.check:
-            manifest = verify(source)
+            manifest = check_backup(source)
             print(f"backup {source.absolute()} is whole: {len(manifest.files)} files, "
                   f"{_mb(manifest.total_bytes)}, made {manifest.created} from {manifest.source}")
             return 0
