@@ -265,3 +265,17 @@ def test_a_tar_gz_backup_restores_and_a_truncated_one_is_refused(tmp_path: Path,
     err = capsys.readouterr().err
     assert f"backup {cut} is damaged or truncated" in err
     assert not (tmp_path / "r2").exists() and not list(tmp_path.glob(".homeagent-unpack-*"))
+
+
+def test_a_path_setting_outside_the_data_dir_is_named_not_copied(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = make_data_dir(tmp_path / "d")
+    outside = tmp_path / "elsewhere" / "graph.db"
+    reg = ConfigRegistry(src / "config.db")
+    reg.set("core.memory.graph", str(outside))
+    reg.set("core.log.path", "logs/daemon")  # relative: inside, nothing to say
+    reg.close()
+    assert main(["--data-dir", str(src), "backup", str(tmp_path / "b")]) == 0
+    err = capsys.readouterr().err
+    assert f"core.memory.graph points outside the data directory ({outside}); it is not in this backup" in err
+    assert "core.log.path" not in err
+    assert verify(tmp_path / "b").outside == [{"key": "core.memory.graph", "path": str(outside)}]

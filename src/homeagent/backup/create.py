@@ -17,7 +17,8 @@ How each kind of file is copied so that the copy is whole:
   daemon) are read as a pair that always loads as a state the window had, also
   when a compaction runs in between (see ``_copy_context``). A torn last
   journal line is left out.
-- ``*.jsonl`` logs are copied up to their last complete line.
+- Append-only logs (``*.jsonl``: the text log; ``*.log``: the daemon's log)
+  are copied up to their last complete line.
 - Other files are copied and re-read if they changed during the copy.
 
 Stores are copied in the order memory flows (context, then documents, then the
@@ -64,6 +65,8 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 #: copy first, in this order: memory flows context -> documents -> graph
 FLOW_ORDER = ("memory/context.json", "memory/context.journal", "memory/documents.db", "memory/graph.db")
 RETRIES = 20
+#: append-only text files the daemon writes while it runs: copied up to their last whole line
+LOG_SUFFIXES = (".jsonl", ".log")
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,10 @@ def create_backup(root: Path, dest: Path, *, progress: Callable[[str], None] | N
         for item in items:
             if progress:
                 progress(str(item.rel))
-            manifest.files.extend(_copy(item, data))
+            try:
+                manifest.files.extend(_copy(item, data, manifest.warnings))
+            except FileNotFoundError:  # removed since the listing (a rotated log, a finished download)
+                manifest.skipped.append({"path": str(item.rel), "reason": "removed during the backup"})
         _write_atomic(dest / MANIFEST_NAME, manifest.to_json())
         fsync_dir(dest)
     except BaseException:
@@ -160,7 +166,7 @@ def _collect(root: Path) -> tuple[list[_Item], list[dict[str, str]]]:
                 kind = "context"
             elif _is_sqlite(path):
                 kind = "sqlite"
-            elif name.endswith(".jsonl"):
+            elif name.endswith(LOG_SUFFIXES):
                 kind = "log"
             else:
                 kind = "file"
@@ -238,7 +244,7 @@ def _outside_paths(root: Path) -> list[dict[str, str]]:
 
 
 # ----------------------------------------------------------------------------- copying
-def _copy(item: _Item, data: Path) -> list[FileEntry]:
+def _copy(item: _Item, data: Path, warnings: list[str]) -> list[FileEntry]:
     target = data / item.rel
     target.parent.mkdir(parents=True, exist_ok=True)
     mode = stat.S_IMODE(item.path.stat().st_mode)
@@ -249,7 +255,7 @@ def _copy(item: _Item, data: Path) -> list[FileEntry]:
     if item.kind == "log":
         content = item.path.read_bytes()
         return [_write_entry(item.rel, target, "log", [content[: content.rfind(b"\n") + 1]], mode)]
-    return [_copy_file(item, target, mode)]
+    return [_copy_file(item, target, mode, warnings)]
 
 
 def _copy_sqlite(item: _Item, target: Path, mode: int) -> FileEntry:
@@ -280,8 +286,8 @@ def _open_ro(path: Path) -> sqlite3.Connection:
     """
     if Path(f"{path}-wal").exists():
         db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=ro", uri=True, timeout=10)
-    else:
-        db = sqlite3.connect(path, timeout=10)
+    else:  # mode=rw: a store that vanished meanwhile is an error, never created empty in the source
+        db = sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?mode=rw", uri=True, timeout=10)
         db.execute("PRAGMA query_only = 1")
     db.execute("PRAGMA busy_timeout = 10000")
     return db
@@ -319,7 +325,8 @@ def _copy_context(item: _Item, data: Path, mode: int) -> list[FileEntry]:
     return entries
 
 
-def _copy_file(item: _Item, target: Path, mode: int) -> FileEntry:
+def _copy_file(item: _Item, target: Path, mode: int, warnings: list[str]) -> FileEntry:
+    """Copy a file, again if it changed meanwhile; one that never holds still is kept with a warning."""
     for _ in range(RETRIES):
         before = item.path.stat()
         entry = _write_entry(item.rel, target, "file", read_chunks(item.path), mode)
@@ -327,7 +334,8 @@ def _copy_file(item: _Item, target: Path, mode: int) -> FileEntry:
         if (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns):
             return entry
         time.sleep(0.05)
-    raise BackupError(f"{item.rel} kept changing while it was copied; try the backup again")
+    warnings.append(f"{item.rel} kept changing while it was copied; its copy may be torn")
+    return entry
 
 
 def _write_entry(rel: PurePosixPath, target: Path, kind: str, chunks: Iterable[bytes] | None, mode: int) -> FileEntry:

@@ -45,6 +45,7 @@ class Manifest:
     files: list[FileEntry] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)
     outside: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -60,6 +61,7 @@ class Manifest:
             "files": [asdict(f) for f in self.files],
             "skipped": self.skipped,
             "outside": self.outside,
+            "warnings": self.warnings,
         }
         return json.dumps(doc, ensure_ascii=False, indent=1).encode("utf-8")
 
@@ -94,6 +96,7 @@ class Manifest:
                 files=files,
                 skipped=list(doc.get("skipped", [])),
                 outside=list(doc.get("outside", [])),
+                warnings=[str(w) for w in doc.get("warnings", [])],
             )
         except BackupError:
             raise

@@ -47,6 +47,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"homeagent: backup failed, nothing kept: {exc}", file=sys.stderr)
         return 1
+    for warning in manifest.warnings:
+        print(f"homeagent: warning: {warning}", file=sys.stderr)
     for outside in manifest.outside:
         print(f"homeagent: note: {outside['key']} points outside the data directory ({outside['path']}); "
               "it is not in this backup", file=sys.stderr)
