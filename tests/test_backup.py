@@ -271,6 +271,8 @@ def test_a_path_setting_outside_the_data_dir_is_named_not_copied(tmp_path: Path,
     src = make_data_dir(tmp_path / "d")
     outside = tmp_path / "elsewhere" / "graph.db"
     reg = ConfigRegistry(src / "config.db")
+    for d in core_defs(src):
+        reg.register_def(d)
     reg.set("core.memory.graph", str(outside))
     reg.set("core.log.path", "logs/daemon")  # relative: inside, nothing to say
     reg.close()
