@@ -281,3 +281,24 @@ def test_a_path_setting_outside_the_data_dir_is_named_not_copied(tmp_path: Path,
     assert f"core.memory.graph points outside the data directory ({outside}); it is not in this backup" in err
     assert "core.log.path" not in err
     assert verify(tmp_path / "b").outside == [{"key": "core.memory.graph", "path": str(outside)}]
+
+
+def test_a_context_journal_without_a_snapshot_yet_is_backed_up_to_its_last_whole_line(tmp_path: Path) -> None:
+    src = tmp_path / "d"
+    reg = ConfigRegistry(src / "config.db")
+    reg.close()
+    ctx = RelevanceContext(src / "memory" / "context.json", None, None, CleanerChain())
+    ctx.append(ContextEvent(kind="user", input="first words", ts=1.0))
+    ctx._journal.sync()
+    assert not (src / "memory" / "context.json").exists()
+    with (src / "memory" / "context.journal").open("ab") as fh:
+        fh.write(b'{"s":2,"op":"add","event":{"kind":"user","input":"cut sh')  # a write in progress
+    manifest = create_backup(src, tmp_path / "b")
+    assert [(f.path, f.kind) for f in manifest.files if f.path.startswith("memory/")] == [
+        ("memory/context.journal", "journal")
+    ]
+    restore_backup(tmp_path / "b", tmp_path / "r")
+    journal = (tmp_path / "r" / "memory" / "context.journal").read_bytes()
+    assert journal.endswith(b"\n") and b"cut sh" not in journal
+    restored = RelevanceContext(tmp_path / "r" / "memory" / "context.json", None, None, CleanerChain(), read_only=True)
+    assert [e.input for e in restored.timeline()] == ["first words"]

@@ -63,7 +63,9 @@ from homeagent.paths import DataPaths
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 #: copy first, in this order: memory flows context -> documents -> graph
-FLOW_ORDER = ("memory/context.json", "memory/context.journal", "memory/documents.db", "memory/graph.db")
+FLOW_ORDER = ("memory/context.json", "memory/documents.db", "memory/graph.db")
+#: the context window (L1): a snapshot and the journal of changes since (memory/journal.py)
+CONTEXT_PAIR = ("memory/context.json", "memory/context.journal")
 RETRIES = 20
 #: append-only text files the daemon writes while it runs: copied up to their last whole line
 LOG_SUFFIXES = (".jsonl", ".log")
@@ -144,7 +146,6 @@ def _create_archive(root: Path, archive: Path, progress: Callable[[str], None] |
 def _collect(root: Path) -> tuple[list[_Item], list[dict[str, str]]]:
     items: list[_Item] = []
     skipped: list[dict[str, str]] = []
-    journals: set[Path] = set()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
         here = Path(dirpath)
@@ -159,24 +160,17 @@ def _collect(root: Path) -> tuple[list[_Item], list[dict[str, str]]]:
                 if reason:
                     skipped.append({"path": rel, "reason": reason})
                 continue
-            if name.endswith(".journal") and path.with_suffix(".json").is_file():
-                journals.add(path)  # copied with its snapshot
+            if rel in CONTEXT_PAIR:  # the window's snapshot and journal: one item, copied as a pair
+                if not any(item.kind == "context" for item in items):
+                    items.append(_Item(PurePosixPath(CONTEXT_PAIR[0]), root / CONTEXT_PAIR[0], "context"))
                 continue
-            if name.endswith(".json") and journal_path(path).is_file():
-                kind = "context"
-            elif _is_sqlite(path):
+            if _is_sqlite(path):
                 kind = "sqlite"
             elif name.endswith(LOG_SUFFIXES):
                 kind = "log"
             else:
                 kind = "file"
             items.append(_Item(PurePosixPath(rel), path, kind))
-    # a journal whose snapshot is missing (never compacted yet) is a pair with an empty snapshot
-    for item in list(items):
-        if item.kind == "context":
-            journals.discard(journal_path(item.path))
-    for orphan in sorted(journals):
-        items.append(_Item(PurePosixPath(_rel(root, orphan)), orphan, "journal"))
 
     def order(item: _Item) -> tuple[int, str]:
         rel = str(item.rel)
@@ -247,11 +241,11 @@ def _outside_paths(root: Path) -> list[dict[str, str]]:
 def _copy(item: _Item, data: Path, warnings: list[str]) -> list[FileEntry]:
     target = data / item.rel
     target.parent.mkdir(parents=True, exist_ok=True)
+    if item.kind == "context":
+        return _copy_context(item, data)
     mode = stat.S_IMODE(item.path.stat().st_mode)
     if item.kind == "sqlite":
         return [_copy_sqlite(item, target, mode)]
-    if item.kind in ("context", "journal"):
-        return _copy_context(item, data, mode)
     if item.kind == "log":
         content = item.path.read_bytes()
         return [_write_entry(item.rel, target, "log", [content[: content.rfind(b"\n") + 1]], mode)]
@@ -293,7 +287,7 @@ def _open_ro(path: Path) -> sqlite3.Connection:
     return db
 
 
-def _copy_context(item: _Item, data: Path, mode: int) -> list[FileEntry]:
+def _copy_context(item: _Item, data: Path) -> list[FileEntry]:
     """The context snapshot and its journal as one consistent state, without pausing the daemon.
 
     The journal is read first, then the snapshot. Without a compaction in
@@ -304,10 +298,9 @@ def _copy_context(item: _Item, data: Path, mode: int) -> list[FileEntry]:
     snapshot and a journal emptied by a compaction in between.) A torn last
     line of the journal, a write in progress, is left out.
     """
-    snapshot = item.path if item.kind == "context" else item.path.with_suffix(".json")
-    journal = journal_path(snapshot)
-    snap_rel = item.rel if item.kind == "context" else item.rel.with_suffix(".json")
-    journal_rel = snap_rel.with_suffix(".journal")
+    snapshot, snap_rel = item.path, item.rel
+    journal, journal_rel = journal_path(snapshot), snap_rel.with_suffix(".journal")
+    mode = 0o600  # as the daemon writes them: the conversation is private
     try:
         tail: bytes | None = journal.read_bytes()
     except FileNotFoundError:
