@@ -302,3 +302,16 @@ def test_a_context_journal_without_a_snapshot_yet_is_backed_up_to_its_last_whole
     assert journal.endswith(b"\n") and b"cut sh" not in journal
     restored = RelevanceContext(tmp_path / "r" / "memory" / "context.json", None, None, CleanerChain(), read_only=True)
     assert [e.input for e in restored.timeline()] == ["first words"]
+
+
+def test_a_damaged_file_inside_a_tar_gz_is_named_with_the_archive(tmp_path: Path) -> None:
+    import tarfile
+
+    src = make_data_dir(tmp_path / "d")
+    create_backup(src, tmp_path / "b")
+    (tmp_path / "b" / "data" / "config.db").write_bytes(b"SQLite format 3\x00 but not really")
+    with tarfile.open(tmp_path / "bad.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "b", arcname=".")
+    with pytest.raises(BackupError, match=re.escape(f"backup {tmp_path / 'bad.tar.gz'} is damaged: data/config.db has")):
+        restore_backup(tmp_path / "bad.tar.gz", tmp_path / "r")
+    assert not (tmp_path / "r").exists()

@@ -157,26 +157,30 @@ def read_manifest(backup: Path) -> Manifest:
     return Manifest.from_json(data, where)
 
 
-def verify(backup: Path) -> Manifest:
-    """The manifest of ``backup`` after every file it lists was read back and matched; else BackupError naming the file."""
+def verify(backup: Path, shown: Path | None = None) -> Manifest:
+    """The manifest of ``backup`` after every file it lists was read back and matched; else BackupError naming the file.
+
+    ``shown`` is the name the user gave (a ``.tar.gz`` unpacked into ``backup``).
+    """
     manifest = read_manifest(backup)
     data = backup / DATA_NAME
+    name = shown or backup
     for entry in manifest.files:
         path = data / entry.path
         try:
             size, digest = hash_chunks(read_chunks(path))
         except FileNotFoundError:
-            raise BackupError(f"backup {backup} is damaged: {DATA_NAME}/{entry.path} is missing") from None
+            raise BackupError(f"backup {name} is damaged: {DATA_NAME}/{entry.path} is missing") from None
         except OSError as exc:
-            raise BackupError(f"backup {backup} is damaged: {DATA_NAME}/{entry.path} cannot be read ({exc})") from None
+            raise BackupError(f"backup {name} is damaged: {DATA_NAME}/{entry.path} cannot be read ({exc})") from None
         if size != entry.size:
             raise BackupError(
-                f"backup {backup} is damaged: {DATA_NAME}/{entry.path} has {size} bytes, the manifest says "
+                f"backup {name} is damaged: {DATA_NAME}/{entry.path} has {size} bytes, the manifest says "
                 f"{entry.size} (truncated or changed after the backup)"
             )
         if digest != entry.sha256:
             raise BackupError(
-                f"backup {backup} is damaged: {DATA_NAME}/{entry.path} does not match its sha256 in the manifest "
+                f"backup {name} is damaged: {DATA_NAME}/{entry.path} does not match its sha256 in the manifest "
                 "(changed or corrupted after the backup)"
             )
     return manifest

@@ -40,7 +40,7 @@ def check_backup(backup: Path) -> Manifest:
     backup = Path(backup).absolute()
     if is_archive(backup):
         with unpacked(backup, near=Path(tempfile.gettempdir())) as folder:
-            return verify(folder)
+            return verify(folder, shown=backup)
     return verify(backup)
 
 
@@ -56,7 +56,7 @@ def restore_backup(backup: Path, target: Path) -> Manifest:
 
 
 def _restore_folder(backup: Path, target: Path, *, shown: Path) -> Manifest:
-    manifest = verify(backup)
+    manifest = verify(backup, shown=shown)
     _check_target(target)
     staging = target.parent / f".{target.name}.restoring-{os.getpid()}"
     try:
