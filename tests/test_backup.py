@@ -315,3 +315,15 @@ def test_a_damaged_file_inside_a_tar_gz_is_named_with_the_archive(tmp_path: Path
     with pytest.raises(BackupError, match=re.escape(f"backup {tmp_path / 'bad.tar.gz'} is damaged: data/config.db has")):
         restore_backup(tmp_path / "bad.tar.gz", tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_tar_gz_without_a_manifest_is_refused_by_its_own_name(tmp_path: Path) -> None:
+    import tarfile
+
+    src = make_data_dir(tmp_path / "d")
+    create_backup(src, tmp_path / "b")
+    (tmp_path / "b" / MANIFEST_NAME).unlink()
+    with tarfile.open(tmp_path / "partial.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "b", arcname=".")
+    with pytest.raises(BackupError, match=re.escape(f"{tmp_path / 'partial.tgz'} has no {MANIFEST_NAME}")):
+        restore_backup(tmp_path / "partial.tgz", tmp_path / "r")

@@ -141,12 +141,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def read_manifest(backup: Path) -> Manifest:
+def read_manifest(backup: Path, shown: Path | None = None) -> Manifest:
     where = backup / MANIFEST_NAME
     if not backup.is_dir():
-        raise BackupError(f"{backup} is not a backup folder (`homeagent backup DEST` makes one)")
+        raise BackupError(f"{backup} is not a backup folder or .tar.gz (`homeagent backup DEST` makes one)")
+    real = where
+    if shown is not None:  # a .tar.gz unpacked into ``backup``: name what the user gave
+        where, backup = shown / MANIFEST_NAME, shown
     try:
-        data = where.read_bytes()
+        data = real.read_bytes()
     except FileNotFoundError:
         raise BackupError(
             f"{backup} has no {MANIFEST_NAME}: it is not a HomeAgent backup, or the backup was interrupted "
@@ -162,7 +165,7 @@ def verify(backup: Path, shown: Path | None = None) -> Manifest:
 
     ``shown`` is the name the user gave (a ``.tar.gz`` unpacked into ``backup``).
     """
-    manifest = read_manifest(backup)
+    manifest = read_manifest(backup, shown)
     data = backup / DATA_NAME
     name = shown or backup
     for entry in manifest.files:
