@@ -116,7 +116,8 @@ def _local_config(args: argparse.Namespace) -> Any:
 
 
 def _plugins_dir(args: argparse.Namespace, config: Any) -> Path:
-    return Path(config.get_str("core.plugin.dir", str(_paths(args).plugins))).expanduser()
+    paths = _paths(args)
+    return paths.resolve(config.get_str("core.plugin.dir", ""), paths.plugins)
 
 
 def _builtin_names() -> set[str]:

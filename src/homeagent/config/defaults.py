@@ -62,12 +62,30 @@ def _def(key: str, default: object, type_: str, category: str, name: str, descri
                      description=description, **kw)  # type: ignore[arg-type]
 
 
+#: Settings that name a place inside the data directory. Their defaults are relative
+#: (resolved against the data directory at use, ``DataPaths.resolve``), so a data
+#: directory that is moved, copied or restored from a backup uses its own files and
+#: never the original's; a user may still set an absolute path, which stays absolute.
+DATA_PATH_KEYS = (
+    "core.plugin.dir",
+    "core.memory.graph",
+    "core.memory.text",
+    "core.memory.documents",
+    "core.knowledge.path",
+    "core.log.path",
+)
+
+
 def core_defs(data_dir: Path) -> list[ConfigDef]:
-    """Every core setting, its default computed for ``data_dir``."""
+    """Every core setting, its default computed for ``data_dir``.
+
+    Only ``core.daemon.data_dir`` (informational; the daemon rewrites it at every
+    start) holds the absolute directory; the paths under it are stored relative.
+    """
     data = Path(data_dir)
 
     def p(*parts: str) -> str:
-        return str(data.joinpath(*parts))
+        return str(Path(*parts)) if parts else str(data)
 
     return [
         # ---- daemon
@@ -85,10 +103,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "Comma-separated URLs probed by the health check; empty = the sources' base URLs."),
         # ---- paths
         _def("core.daemon.data_dir", p(), "string", "paths", "Data directory",
-             "Where HomeAgent keeps its database, memory, plugins and logs (informational; "
-             "change it with --data-dir or HOMEAGENT_DATA_DIR)."),
+             "Where HomeAgent keeps its database, memory, plugins and logs (informational: the daemon "
+             "writes it at every start; change it with --data-dir or HOMEAGENT_DATA_DIR)."),
         _def("core.plugin.dir", p("plugins"), "string", "paths", "Plugin directory",
-             "Installed plugins."),
+             "Installed plugins. Relative paths (like all paths below) are under the data directory."),
         _def("core.memory.graph", p("memory", "graph.db"), "string", "paths", "Knowledge graph",
              "SQLite file of the long-term memory graph (L3)."),
         _def("core.memory.text", p("memory", "text"), "string", "paths", "Text log",
