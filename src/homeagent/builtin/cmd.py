@@ -465,13 +465,14 @@ class CmdPlugin:
                       "(beginning and end kept).", min=256),
             ConfigDef(key="allow_list", default="", type="string", category="cmd", display_name="Allowed programs",
                       description="Comma-separated program names. When set, only these run (by bare name, found on "
-                      "PATH) and the deny-list is ignored.", placeholder="git,ls,cat,python3"),
+                      "PATH) and the deny-list is ignored.", placeholder="git,ls,cat,python3", owner_only=True),
             ConfigDef(key="deny_list", default=DEFAULT_DENY, type="string", category="cmd",
                       display_name="Denied programs", description="Comma-separated program names that never run. "
-                      "Not a sandbox: env, sh, python and friends can run anything; use the allow-list for that."),
+                      "Not a sandbox: env, sh, python and friends can run anything; use the allow-list for that.",
+                      owner_only=True),
             ConfigDef(key="allow_shell", default=False, type="bool", category="cmd", display_name="Allow shell",
                       description="Let the model pass shell: true to run the command with /bin/sh -c (pipes, "
-                      "redirections). The program lists then see only 'sh'."),
+                      "redirections). The program lists then see only 'sh'.", owner_only=True),
         ):
             s.register_def(d)
         sdk.register_tool(
