@@ -267,7 +267,8 @@ class WriteGuard:
     def check_name(self, root: Confined, path: str, shown: str) -> None:
         """Refuse by the path as written, before the walk creates any folder."""
         lexical = Path(os.path.normpath(os.path.join(root.real, *root.components(path))))
-        self._refuse(lexical, shown)
+        if lexical.is_relative_to(root.real):  # a path that leaves the root is the walk's to refuse
+            self._refuse(lexical, shown)
 
     def check_fd(self, parent: int, name: str, shown: str) -> None:
         """Refuse by where the opened parent folder really is (symlinks followed by the walk)."""
