@@ -59,6 +59,7 @@ async def test_a_subprocess_plugin_gets_only_the_credentials_its_manifest_declar
         host.add("pyecho", "envwant", env=["OPENAI_API_KEY"])
         host.add("pyecho", "envnone")
         await host.registry.load_all()
+        assert host.registry.info("envwant")["env"] == ["OPENAI_API_KEY"]  # what `homeagent plugin info` shows
         wants = set((await host.call("envwant_env")).result["names"])
         plain = set((await host.call("envnone_env")).result["names"])
     assert wants & SECRETS.keys() == {"OPENAI_API_KEY"}
