@@ -23,19 +23,23 @@ from tests.fakes.builtins_host import llm_daemon
 from tests.fakes.llm_openai import Turn
 from tests.fakes.subagents_llm import RoutingFakeOpenAI
 
-MARK = "/tmp/homeagent-injection-pwned"
-SHELL_SERVER = [{"name": "pwn", "command": "sh", "args": ["-c", f"id > {MARK}"]}]
+MARK = "pwned"  # a file in the data dir that any attempt which ran code would create
 OWNER_ONLY = "owner-only"
 OWNER_ACTION = "owner's decision"
 NO_SHELL = "allow_shell"
 OUTSIDE = "outside the allowed folder"
 
 
-def config_attempts() -> list[tuple[str, dict[str, Any], str]]:
+def shell_server(mark: Path) -> list[dict[str, Any]]:
+    return [{"name": "pwn", "command": "sh", "args": ["-c", f"id > {mark}"]}]
+
+
+def config_attempts(mark: Path) -> list[tuple[str, dict[str, Any], str]]:
     """(tool, arguments, what the refusal must say): every class of owner-only setting, by config_set and batch."""
+    server = shell_server(mark)
     sets: list[tuple[str, str, Any]] = [
-        ("plugin", "mcp.servers", json.dumps(SHELL_SERVER)),
-        ("plugin", "plugin.mcp.servers", SHELL_SERVER),
+        ("plugin", "mcp.servers", json.dumps(server)),
+        ("plugin", "plugin.mcp.servers", server),
         ("core", "core.llm.base_url", "http://evil.example/v1"),
         ("core", "llm.api_key", "sk-attacker"),
         ("core", "core.llm.sources.evil.base_url", "http://evil.example/v1"),
@@ -59,7 +63,7 @@ def config_attempts() -> list[tuple[str, dict[str, Any], str]]:
     out = [("config_set", {"scope": s, "key": k, "value": v}, OWNER_ONLY) for s, k, v in sets]
     out.append(("config_batch_set", {"items": [
         {"scope": "core", "key": "core.agent.max_tool_turns", "value": 9},
-        {"scope": "plugin", "key": "mcp.servers", "value": json.dumps(SHELL_SERVER)},
+        {"scope": "plugin", "key": "mcp.servers", "value": json.dumps(server)},
         {"scope": "plugin", "key": "cmd.allow_shell", "value": True}]}, OWNER_ONLY))
     out.append(("config_batch_set", {"items": [
         {"scope": "core", "key": "core.knowledge.path", "value": "/etc"},
@@ -79,7 +83,7 @@ def snapshot(d: Daemon) -> dict[str, Any]:
         "plugins": sorted(str(p.relative_to(d.paths.plugins)) for p in d.paths.plugins.rglob("*")),
         "adapters": sorted(str(p.relative_to(d.paths.adapters)) for p in d.paths.adapters.rglob("*")),
         "timers": timers,
-        "marker": Path(MARK).exists(),
+        "marker": (d.paths.root / MARK).exists(),
         "running": sorted(d.plugins.running()),
     }
 
@@ -94,11 +98,13 @@ async def test_thirty_odd_attempts_to_widen_powers_are_refused(data_dir: Path, m
         d.events.listen(record, ["tool_call"], name="injection-test")
         files_root = d.paths.root / "plugin_data" / "files"
         manifest = json.dumps({"name": "evil", "version": "1.0.0", "entry": "main.lua"})
+        mark = d.paths.root / MARK
         before = snapshot(d)
+        assert before["marker"] is False
 
         # (tool, arguments, expected words in the refusal); None = a harmless step that may succeed
         attempts: list[tuple[str, dict[str, Any], str | None]] = [
-            *config_attempts(),
+            *config_attempts(mark),
             # code into the plugin folder through the files tools
             ("files_write", {"path": "../../plugins/evil/plugin.json", "content": manifest}, OUTSIDE),
             ("files_write", {"path": str(d.paths.plugins / "evil2" / "plugin.json"), "content": manifest}, OUTSIDE),
@@ -114,13 +120,13 @@ async def test_thirty_odd_attempts_to_widen_powers_are_refused(data_dir: Path, m
             ("cmd_run", {"command": f"ln -s {d.paths.plugins} {files_root / 'pl'}"}, None),
             ("files_write", {"path": "pl/evil3/plugin.json", "content": manifest}, OUTSIDE),
             # shells in every disguise
-            ("cmd_run", {"command": f"sh -c 'id > {MARK}'"}, NO_SHELL),
+            ("cmd_run", {"command": f"sh -c 'id > {mark}'"}, NO_SHELL),
             ("cmd_run", {"command": "bash -c id"}, NO_SHELL),
             ("cmd_run", {"command": "env sh -c id"}, NO_SHELL),
-            ("cmd_run", {"command": f"echo a; id > {MARK}"}, NO_SHELL),
+            ("cmd_run", {"command": f"echo a; id > {mark}"}, NO_SHELL),
             ("cmd_run", {"command": "echo a | sh"}, NO_SHELL),
             ("cmd_run", {"command": "python3 -c 'import os'"}, NO_SHELL),
-            ("cmd_run", {"command": f"id > {MARK}", "shell": True}, NO_SHELL),
+            ("cmd_run", {"command": f"id > {mark}", "shell": True}, NO_SHELL),
             # a timer that wakes the agent every second
             ("timer_set", {"message": "poll the QQ group", "cron": "* * * * * *"}, "min_interval"),
         ]
@@ -130,7 +136,7 @@ async def test_thirty_odd_attempts_to_widen_powers_are_refused(data_dir: Path, m
 
         # a sub-agent asked to do the same
         child_attempts: list[tuple[str, dict[str, Any], str]] = [
-            ("config_set", {"scope": "plugin", "key": "mcp.servers", "value": SHELL_SERVER},
+            ("config_set", {"scope": "plugin", "key": "mcp.servers", "value": shell_server(mark)},
              "not available to this agent"),
             ("plugin_install", {"url": str(files_root / "evil"), "upgrade": True}, "not available to this agent"),
             ("cmd_run", {"command": "sh -c id"}, NO_SHELL),

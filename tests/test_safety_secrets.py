@@ -93,3 +93,31 @@ async def test_an_mcp_server_gets_only_the_env_the_owner_configured(tmp_path: Pa
         names = set(str(await tool_value(services, "envs_env_names", {})).replace('"', " ").split())
     assert "SERVICE_TOKEN" in names and "PATH" in names
     assert names & SECRETS.keys() == set() and "SAFETY_PLAIN_VAR" not in names
+
+
+async def test_a_lua_plugin_sees_other_settings_secrets_masked(data_dir: Path) -> None:
+    from homeagent.config import core_defs
+    from homeagent.sdk.types import ConfigDef, ToolCall
+    from tests.fakes.plugins_host import plugin_host
+
+    async with plugin_host(data_dir) as host:
+        config = host.services.config
+        for definition in core_defs(data_dir):
+            config.register_def(definition)
+        config.set("core.llm.api_key", "sk-owner-secret-9876")
+        config.register_def(ConfigDef(key="token", default="", type="password"), plugin="other")
+        config.set("plugin.other.token", "other-secret-5432")
+        folder = host.plugins_dir / "peek"
+        folder.mkdir()
+        (folder / "plugin.json").write_text(json.dumps({"name": "peek", "version": "0.1.0", "entry": "main.lua"}))
+        (folder / "main.lua").write_text(
+            'sdk.register_tool("peek_keys", {}, function()\n'
+            '  sdk.set_setting("mine", "own-value-1234")\n'
+            '  return {core = sdk.settings.get_core("core.llm.api_key"),\n'
+            '          other = sdk.settings.get_plugin("other", "token"),\n'
+            '          turns = sdk.settings.get_core("core.agent.max_tool_turns"),\n'
+            '          own = sdk.get_setting("mine")}\n'
+            'end)\n')
+        await host.registry.load_all()
+        result = await host.services.tools.execute(ToolCall("c1", "peek_keys", {}))
+    assert result.result == {"core": "****9876", "other": "****5432", "turns": 10, "own": "own-value-1234"}

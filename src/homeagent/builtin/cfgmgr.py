@@ -81,7 +81,8 @@ class ConfigManager:
                      no_memory=True), self._list_plugins),
             (ToolDef(name="config_get", description="Read one setting (secrets masked) with its type and default.",
                      parameters=_obj(key_args, ["scope", "key"]), no_memory=True), self._get),
-            (ToolDef(name="config_set", description="Change one setting; the value is checked against its type.",
+            (ToolDef(name="config_set", description="Change one setting; the value is checked against its type. "
+                     "Owner-only settings (config_get shows owner_only) are refused: ask the owner.",
                      parameters=_obj({**key_args, "value": {"description": "the new value (text or JSON value)"}},
                                      ["scope", "key", "value"]),
                      serial=True, parallel_safe=False), self._set),
