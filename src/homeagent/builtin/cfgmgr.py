@@ -186,7 +186,8 @@ class ConfigManager:
         if d is None:
             if not self._cfg.has(qkey):
                 raise _Refused(str(self._cfg.unknown_key_error(qkey)))
-            raise _Refused(f"{qkey} has no definition loaded (its plugin is not running), so nothing says whether "
+            raise _Refused(f"{qkey} has no definition loaded (a stopped plugin's key, or one this version does "
+                           "not define), so nothing says whether "
                            "changing it is safe and the model may not; the owner can, with "
                            f"`homeagent config set {qkey} <value>` or in the web UI")
         try:
