@@ -186,7 +186,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for key in keys:
         if item.get(key):
             print(f"{key + ':':<14}{item[key]}")
-    for key in ("tools", "stages", "channels", "cleaners", "capabilities", "tags", "warnings"):
+    for key in ("tools", "stages", "channels", "cleaners", "capabilities", "env", "tags", "warnings"):
         if item.get(key):
             print(f"{key + ':':<14}{', '.join(map(str, item[key]))}")
     skill = item.get("skill")
