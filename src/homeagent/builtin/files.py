@@ -451,15 +451,16 @@ class FilesPlugin:
         data = self._data_dir or Path(str(s.get_core("core.daemon.data_dir", "") or "")) or None
         code: list[Path] = []
         plugin_dir = str(s.get_core("core.plugin.dir", "") or "").strip()
-        if plugin_dir:
-            code.append(Path(plugin_dir).expanduser().resolve())
         allowed = [Path(s.data_dir()).resolve()]
         if data is not None and str(data):
+            # path settings are stored relative to the data dir: resolve them the way the daemon does
             paths = DataPaths(Path(data).expanduser().resolve())
-            code += [paths.plugins, paths.adapters]
-            knowledge = str(s.get_core("core.knowledge.path", "") or "").strip()
-            allowed.append(Path(knowledge).expanduser().resolve() if knowledge else paths.knowledge)
+            code += [paths.resolve(plugin_dir, paths.plugins).resolve(), paths.plugins, paths.adapters]
+            knowledge = str(s.get_core("core.knowledge.path", "") or "")
+            allowed.append(paths.resolve(knowledge, paths.knowledge).resolve())
             return WriteGuard(tuple(code), paths.root, tuple(allowed))
+        if plugin_dir and Path(plugin_dir).expanduser().is_absolute():
+            code.append(Path(plugin_dir).expanduser().resolve())
         return WriteGuard(tuple(code))
 
     async def _in_thread(self, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
