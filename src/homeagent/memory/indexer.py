@@ -668,8 +668,10 @@ class MemoryIndexer:
     ) -> None:
         """Remember what a tool fetched so this turn's prompt does not repeat it."""
         if result is not None:
+            # every entity the tool showed, not only its seeds: a relation seed found later this turn
+            # ("用户 --lives_in--> 上海") must not bring back an endpoint the tool already listed
             self._recalled_relations.update(r.id for r in result.relations)
-            self._recalled_entities.update(e.id for e in result.seeds)
+            self._recalled_entities.update(e.id for e in (*result.seeds, *result.entities))
         self._recalled_entities.update(entity_ids)
         self._recalled_relations.update(relation_ids)
 
