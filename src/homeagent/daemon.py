@@ -37,7 +37,7 @@ from homeagent.control import ConfigControl
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import IOManager
-from homeagent.io.socket_server import RPCError, SocketServer
+from homeagent.io.socket_server import RPCError, SocketLimits, SocketServer
 from homeagent.knowledge.base import KnowledgeBase
 from homeagent.knowledge.tools import knowledge_tools
 from homeagent.llm_control import LLMControl
@@ -167,7 +167,7 @@ class Daemon:
             persona_file=lambda: cfg.get_str("core.agent.persona_file", ""),
         )
         # The socket comes up first (status works, messages queue) while memory and plugins load.
-        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self._cancel_turn)
+        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self._cancel_turn, limits=self._socket_limits)
         self._register_rpc()
         await self.socket.start()
         await self._start_memory()
@@ -535,6 +535,17 @@ class Daemon:
         hits = await self.knowledge.search(str(params.get("query", "")), int(params.get("k", 5)))
         return [h.to_dict() for h in hits]
 
+    def _socket_limits(self) -> SocketLimits:
+        """Per-connection limits of the local socket, read for each new connection."""
+        cfg = self.config
+        unread = cfg.get_int("core.socket.max_unread_bytes", 8 * 1024 * 1024)
+        return SocketLimits(
+            max_inflight_rpcs=cfg.get_int("core.socket.max_inflight_rpcs", 32),
+            max_queued_turns=cfg.get_int("core.socket.max_queued_turns", 8),
+            max_unread_bytes=unread,
+            pause_reading_bytes=unread // 8,
+        )
+
     def _cancel_turn(self) -> bool:
         return self.agent.cancel_turn() if hasattr(self, "agent") else False
 
@@ -549,6 +560,7 @@ class Daemon:
             "uptime_s": time.time() - self.started_at,
             "data_dir": str(self.paths.root),
             "socket": str(self.paths.socket),
+            "socket_clients": self.socket.stats(),
             "web": self.web_url,
             "agent": self.agent.status() if hasattr(self, "agent") else {"busy": False, "starting": True},
             "llm_source": self.llm.manager.current_source(),

@@ -83,6 +83,15 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "How many rotated log files are kept.", min=0, max=1000),
         _def("core.defaults.llm_endpoints", "", "string", "daemon", "Health-probe endpoints",
              "Comma-separated URLs probed by the health check; empty = the sources' base URLs."),
+        _def("core.socket.max_inflight_rpcs", 32, "int", "daemon", "Socket RPCs in flight",
+             "RPCs one local-socket connection may have unanswered; more are answered at once with a "
+             "busy rpc_error.", min=1, max=10_000),
+        _def("core.socket.max_queued_turns", 8, "int", "daemon", "Socket queued turns",
+             "Chat turns one local-socket connection may have queued or running; more are refused with a "
+             "busy error and a failed response.", min=1, max=10_000),
+        _def("core.socket.max_unread_bytes", 8 * 1024 * 1024, "int", "daemon", "Socket unread output",
+             "Bytes of replies a local-socket client may leave unread before it is disconnected with an "
+             "error; the daemon stops reading its frames at an eighth of this.", min=64 * 1024),
         # ---- paths
         _def("core.daemon.data_dir", p(), "string", "paths", "Data directory",
              "Where HomeAgent keeps its database, memory, plugins and logs (informational; "
