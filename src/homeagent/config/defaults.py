@@ -188,6 +188,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "host:port of the web UI and HTTP API. A non-loopback host also needs webui.allow_remote."),
         _def("webui.allow_remote", False, "bool", "webui", "Allow remote access",
              "Permit webui.listen_addr to bind to a non-loopback address."),
+        _def("webui.allowed_hosts", "", "string", "webui", "Allowed host names",
+             "Comma list of further names (name or name:port) the web UI answers to in the Host header, "
+             "besides 127.0.0.1, localhost, [::1] and the listen address; others get 421 (DNS rebinding "
+             "protection). On a non-loopback listen address the check applies once this is set; * turns it off."),
     ]
 
 
