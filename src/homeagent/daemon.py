@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import logging.handlers
 import os
@@ -56,6 +57,7 @@ from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog
 from homeagent.memory.tools import doc_tools
 from homeagent.paths import DataPaths
+from homeagent.plugins.proc.limits import ResourceLimits
 from homeagent.plugins.proc.plugin import ProcOptions, make_loader
 from homeagent.plugins.proc.supervisor import Supervisor
 from homeagent.plugins.registry import PluginRegistry, register_rpc
@@ -255,7 +257,12 @@ class Daemon:
             "process",
             make_loader(
                 self.supervisor,
-                options=ProcOptions(call_timeout=cfg.get_duration("core.agent.tool_timeout", 120.0)),
+                options=ProcOptions(
+                    call_timeout=cfg.get_duration("core.agent.tool_timeout", 120.0),
+                    log_rate=float(cfg.get_int("core.plugin.log_rate", 50)),
+                    log_burst=4.0 * cfg.get_int("core.plugin.log_rate", 50),
+                    limits=self._plugin_limits,
+                ),
                 plugins=self.plugins,
             ),
         )
@@ -534,6 +541,30 @@ class Daemon:
     async def _rpc_knowledge_search(self, params: dict[str, Any]) -> Any:
         hits = await self.knowledge.search(str(params.get("query", "")), int(params.get("k", 5)))
         return [h.to_dict() for h in hits]
+
+    def _plugin_limits(self, name: str) -> ResourceLimits:
+        """A subprocess plugin's memory and CPU-time limits: the defaults, or its entry in core.plugin.limits."""
+        cfg = self.config
+        memory = cfg.get_int("core.plugin.max_memory_mb", 1024)
+        cpu = cfg.get_int("core.plugin.max_cpu_seconds", 0)
+        overrides = cfg.get("core.plugin.limits", {})
+        if isinstance(overrides, str):
+            try:
+                overrides = json.loads(overrides or "{}")
+            except ValueError:
+                overrides = {}
+        own = overrides.get(name) if isinstance(overrides, dict) else None
+        if isinstance(own, dict):
+            for key, value in own.items():
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    log.warning("core.plugin.limits: %s.%s = %r is not a whole number >= 0; ignored", name, key, value)
+                elif key == "max_memory_mb":
+                    memory = value
+                elif key == "max_cpu_seconds":
+                    cpu = value
+                else:
+                    log.warning("core.plugin.limits: %s.%s is not a limit (max_memory_mb, max_cpu_seconds)", name, key)
+        return ResourceLimits(max_memory_mb=memory, max_cpu_seconds=cpu)
 
     def _socket_limits(self) -> SocketLimits:
         """Per-connection limits of the local socket, read for each new connection."""

@@ -83,6 +83,18 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "How many rotated log files are kept.", min=0, max=1000),
         _def("core.defaults.llm_endpoints", "", "string", "daemon", "Health-probe endpoints",
              "Comma-separated URLs probed by the health check; empty = the sources' base URLs."),
+        _def("core.plugin.max_memory_mb", 1024, "int", "daemon", "Plugin memory limit",
+             "Memory (MB of heap and private mappings, RLIMIT_DATA) each subprocess plugin may use; an "
+             "allocation past it fails and the plugin is restarted. 0 = no limit. Applies at the next start.",
+             min=0, max=1_048_576),
+        _def("core.plugin.max_cpu_seconds", 0, "int", "daemon", "Plugin CPU-time limit",
+             "Seconds of CPU time a subprocess plugin process may use over its life (RLIMIT_CPU) before it is "
+             "stopped and restarted. 0 = no limit. Applies at the next start.", min=0),
+        _def("core.plugin.limits", "{}", "json", "daemon", "Per-plugin limits",
+             'Overrides per plugin name, e.g. {"indexer": {"max_memory_mb": 4096, "max_cpu_seconds": 0}}.'),
+        _def("core.plugin.log_rate", 50, "int", "daemon", "Plugin log rate",
+             "Log lines per second a subprocess plugin may send (bursts of four times this); more are dropped, "
+             "counted, and summed up in one line.", min=1, max=100_000),
         _def("core.socket.max_inflight_rpcs", 32, "int", "daemon", "Socket RPCs in flight",
              "RPCs one local-socket connection may have unanswered; more are answered at once with a "
              "busy rpc_error.", min=1, max=10_000),
