@@ -192,3 +192,17 @@ async def test_an_attached_client_that_never_reads_is_disconnected_with_an_error
         assert "core.socket.max_unread_bytes" in frames[-1]["message"]
     finally:
         await stuck.close()
+
+
+async def test_interrupts_are_limited_to_a_humans_rate(daemon: Daemon) -> None:
+    raw = await Raw.connect(daemon.paths.socket)
+    try:
+        raw.send(*({"type": "interrupt", "text": f"stop {i}"} for i in range(30)))
+        frames = [await raw.frame() for _ in range(30)]
+        acks = [f for f in frames if f["type"] == "ack"]
+        busy = [f for f in frames if f["type"] == "error" and f.get("code") == "busy"]
+        assert len(acks) + len(busy) == 30
+        assert 10 <= len(acks) <= 12 and "interrupts a second" in busy[0]["message"]
+        assert (await status_ok(daemon))["socket_clients"]["busy_refusals"] == len(busy)
+    finally:
+        await raw.close()

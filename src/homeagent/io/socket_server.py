@@ -16,7 +16,9 @@ answered at once with a ``busy`` rpc_error, chat frames beyond
 does not read must not stall the agent for everyone), instead the server
 stops reading a client's frames while more than ``pause_reading_bytes`` of
 its output sit unread, and disconnects it with an error frame once that
-exceeds ``max_unread_bytes``.
+exceeds ``max_unread_bytes``. Interrupt frames (each cancels the LLM call in
+flight, and becomes a turn when the agent is idle) are limited to
+``INTERRUPT_RATE`` a second per connection.
 
 Client → daemon frames:
   {"type": "chat", "text": "...", "id"?: "..."}       a message; the turn's frames stream back
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from homeagent.io.manager import IOManager
+from homeagent.ratelimit import TokenBucket
 from homeagent.text import TooDeep, loads, scrub_text
 
 log = logging.getLogger("homeagent.socket")
@@ -70,6 +73,9 @@ class SocketLimits:
         object.__setattr__(self, "pause_reading_bytes", max(1, min(self.pause_reading_bytes, self.max_unread_bytes // 2)))
 
 
+# Interrupt frames per second per connection (bursts of INTERRUPT_BURST).
+INTERRUPT_RATE = 5.0
+INTERRUPT_BURST = 10.0
 # After the overflow error frame is queued, a client has this long to read it before the socket is cut.
 OVERFLOW_GRACE = 5.0
 
@@ -85,6 +91,7 @@ class _Connection:
         self.queued_turns = 0
         self.busy_refusals = 0
         self.overflowed = False
+        self.interrupts = TokenBucket(INTERRUPT_RATE, INTERRUPT_BURST)
         # drain() then waits while more than pause_reading_bytes are unread: the read loop's back-pressure
         with contextlib.suppress(AttributeError, RuntimeError, ValueError):
             writer.transport.set_write_buffer_limits(high=limits.pause_reading_bytes)
@@ -338,6 +345,17 @@ class SocketServer:
             conn.queued_turns += 1
             self.io.inject_text("cli", self.channel, text, sink=conn.turn_sink())
         elif kind == "interrupt":
+            # an interrupt cancels the LLM call in flight, and becomes a turn when the agent is idle:
+            # a connection gets a human's rate of them, not a flood's
+            if not conn.interrupts.take():
+                conn.busy_refusals += 1
+                conn.send_now({
+                    "type": "error",
+                    "message": f"busy: more than {INTERRUPT_RATE:g} interrupts a second from this connection; "
+                    "this one was dropped",
+                    "code": "busy",
+                })
+                return
             self.io.inject_interrupt_text("cli", self.channel, str(frame.get("text", "")), sink=None)
             conn.send_now({"type": "ack", "of": "interrupt"})
         elif kind == "cancel":

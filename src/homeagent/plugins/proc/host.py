@@ -38,6 +38,7 @@ from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, Connection, ConnectionStats, Pipes, PluginGone
 from homeagent.plugins.proc.protocol import MAX_FRAME, ErrorCode, Request, RPCError, to_json
 from homeagent.plugins.proc.stagewire import SNAPSHOT_FIELDS, StageChangeError, apply_changes, snapshot
+from homeagent.ratelimit import TokenBucket
 from homeagent.sdk.api import PluginSDK, ServiceUnavailable, Unregister
 from homeagent.sdk.types import ConfigDef, InjectOptions, OutputCap, StageContext, ToolDef
 
@@ -70,23 +71,6 @@ class SessionOptions:
     inject_burst: float = 100.0
     log_rate: float = 50.0  # plugin `log` lines per second; more are dropped and counted
     log_burst: float = 200.0
-
-
-class _Bucket:
-    """A token bucket: ``rate`` per second, at most ``burst`` at once."""
-
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
-        self._tokens, self._at = burst, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
 
 
 # ---------------------------------------------------------------- parameter checks
@@ -211,8 +195,8 @@ class HostSession:
         self._detach = detach or _own_task
         self._registrations: dict[tuple[str, str], Unregister] = {}
         self._cleaned: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._bucket = _Bucket(self.options.inject_rate, self.options.inject_burst)
-        self._log_bucket = _Bucket(self.options.log_rate, self.options.log_burst)
+        self._bucket = TokenBucket(self.options.inject_rate, self.options.inject_burst)
+        self._log_bucket = TokenBucket(self.options.log_rate, self.options.log_burst)
         self.log_dropped = 0
         self._log_dropped_unreported = 0
         self._log_summary: asyncio.TimerHandle | None = None
