@@ -107,3 +107,19 @@ async def test_turns_per_client_are_limited_and_others_are_served(web: Web) -> N
         # the slots are free again once the turns have finished
         assert web.server.ctx.turns.open("token") == 0
         assert (await c.post("/api/v1/chat", json={"text": "now"})).status_code == 200
+
+
+async def test_interrupts_per_client_are_limited_to_a_humans_rate(web: Web) -> None:
+    async with web.client() as c:
+        replies = [await c.post("/api/v1/chat/interrupt", json={"text": f"stop {i}"}) for i in range(15)]
+        codes = [r.status_code for r in replies]
+        assert codes[:10] == [200] * 10 and codes.count(429) >= 3  # a burst of 10, then 5 a second
+        refused = next(r for r in replies if r.status_code == 429)
+        assert refused.json()["code"] == "busy" and "interrupts a second" in refused.json()["error"]
+        # another client has its own allowance
+        browser, csrf = await web.browser_client()
+        try:
+            mine = await browser.post("/api/v1/chat/interrupt", json={"text": "mine"}, headers={"X-CSRF-Token": csrf})
+            assert mine.status_code == 200
+        finally:
+            await browser.aclose()

@@ -264,6 +264,7 @@ class ChatAPI:
     async def interrupt(self, request: Request) -> Response:
         body = await read_object(request)
         text = field_str(body, "text", max_len=MAX_TEXT)
+        self.ctx.turns.interrupt(principal_of(request).key)
         input_id = self.io.inject_interrupt_text(SOURCE, CHANNEL, text)
         return ok({"id": input_id, "busy": bool(self.ctx.daemon.agent.busy)})
 
