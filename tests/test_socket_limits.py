@@ -206,3 +206,15 @@ async def test_interrupts_are_limited_to_a_humans_rate(daemon: Daemon) -> None:
         assert (await status_ok(daemon))["socket_clients"]["busy_refusals"] == len(busy)
     finally:
         await raw.close()
+
+
+async def test_one_reply_larger_than_the_cap_still_reaches_a_client_that_reads(daemon: Daemon) -> None:
+    daemon.config.set("core.socket.max_unread_bytes", 64 * 1024)
+    daemon.socket.add_method("test.big", lambda _: "z" * 200_000)
+    raw = await Raw.connect(daemon.paths.socket)
+    try:
+        for i in range(3):
+            raw.send({"type": "rpc", "id": i, "method": "test.big", "params": {}})
+            assert (await raw.frame()) == {"type": "rpc_result", "id": i, "result": "z" * 200_000}
+    finally:
+        await raw.close()

@@ -118,7 +118,8 @@ class _Connection:
         if self.writer.transport.is_closing():
             self.closed = True
             return
-        if self.unread() + len(data) > self.limits.max_unread_bytes:
+        unread = self.unread()
+        if unread and unread + len(data) > self.limits.max_unread_bytes:  # (one large reply alone always goes)
             self._overflow()
             return
         try:
