@@ -127,7 +127,8 @@ def run_tree(label: str, src: Path, rpcs: int, clients: int) -> dict[str, Any]:
             "accepted_kb": accepted / 1024,
             "sent_kb": clients * len(b'{"type":"rpc","id":10000,"method":"status","params":{}}\n') * rpcs / 1024,
             "rtt_ms": rtt * 1000,
-            "limits": "busy/unread" if "socket_clients" in status else "none",
+            "busy": status["socket_clients"]["busy_refusals"] if "socket_clients" in status else None,
+            "unread_kb": status["socket_clients"]["unread_bytes"] / 1024 if "socket_clients" in status else None,
             "alive": alive,
         }
     finally:
@@ -150,12 +151,18 @@ def main() -> None:
         rows.append(run_tree("before", args.before.resolve(), args.rpcs, args.clients))
     rows.append(run_tree("this tree", ROOT / "src", args.rpcs, args.clients))
     print(f"\n{args.clients} client(s) × {args.rpcs} status RPCs, never reading (RSS of the daemon, MB)\n")
-    print("| tree | before | during flood | 5 s after disconnect | growth kept | RPC bytes the daemon read | other client's status | daemon up |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print(
+        "| tree | before | during flood | 5 s after disconnect | growth kept | RPC bytes written "
+        "| answered busy | unread output held | other client's status | daemon up |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
+        busy = "—" if r["busy"] is None else f"{r['busy']:,}"
+        unread = "—" if r["unread_kb"] is None else f"{r['unread_kb']:.0f} KiB"
         print(
             f"| {r['tree']} | {r['before']:.0f} | {r['during']:.0f} | {r['after']:.0f} | {r['after'] - r['before']:+.0f} "
-            f"| {r['accepted_kb']:.0f} of {r['sent_kb']:.0f} KiB | {r['rtt_ms']:.1f} ms | {'yes' if r['alive'] else 'NO'} |"
+            f"| {r['accepted_kb']:.0f} of {r['sent_kb']:.0f} KiB | {busy} | {unread} | {r['rtt_ms']:.1f} ms "
+            f"| {'yes' if r['alive'] else 'NO'} |"
         )
 
 
