@@ -13,7 +13,6 @@ import asyncio
 import logging
 import shutil
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -97,7 +96,8 @@ async def test_a_plugin_flooding_the_log_is_cut_to_its_rate_with_one_summary(
 @pytest.mark.asyncio(loop_scope="function")
 async def test_daemon_limits_come_from_settings_and_plugin_info_shows_the_reason(daemon: Daemon) -> None:
     daemon.config.set("core.plugin.limits", {"hog": {"max_memory_mb": 80}})
-    shutil.copytree(FIXTURES / "hog", Path(daemon.config.get_str("core.plugin.dir")) / "hog")
+    plugins_dir = daemon.paths.resolve(daemon.config.get_str("core.plugin.dir"), daemon.paths.plugins)
+    shutil.copytree(FIXTURES / "hog", plugins_dir / "hog")
     client = await Client.connect(daemon.paths.socket)
     try:
         await client.call("plugins.reload", {"name": "hog"}, timeout=30)
