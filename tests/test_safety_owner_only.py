@@ -58,6 +58,15 @@ OWNER_ONLY: list[tuple[str, Any, Any]] = [
     ("plugin.timer.min_interval", "0", "5m"),
     ("plugin.webui.token_hash", "0" * 64, None),  # the owner rotates it with `homeagent webui token`
     ("plugin.webui.session_ttl_hours", 8760, 12),
+    ("webui.allowed_hosts", "*", "homeagent.lan"),
+    ("plugin.webui.max_concurrent_turns", 1000, 4),
+    ("core.plugin.max_memory_mb", 0, 2048),
+    ("core.plugin.max_cpu_seconds", 0, 600),
+    ("core.plugin.limits", {"indexer": {"max_memory_mb": 0}}, {"indexer": {"max_memory_mb": 4096}}),
+    ("core.plugin.log_rate", 100_000, 20),
+    ("core.socket.max_inflight_rpcs", 10_000, 64),
+    ("core.socket.max_queued_turns", 10_000, 16),
+    ("core.socket.max_unread_bytes", 2**40, 16 * 1024 * 1024),
 ]
 
 

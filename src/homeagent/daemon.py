@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import logging.handlers
 import os
@@ -36,7 +37,7 @@ from homeagent.datalock import AlreadyRunning, DataDirLock
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import IOManager
-from homeagent.io.socket_server import RPCError, SocketServer
+from homeagent.io.socket_server import RPCError, SocketLimits, SocketServer
 from homeagent.knowledge.base import KnowledgeBase
 from homeagent.knowledge.tools import knowledge_tools
 from homeagent.llm_control import LLMControl
@@ -55,6 +56,7 @@ from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog
 from homeagent.memory.tools import doc_tools
 from homeagent.paths import DataPaths
+from homeagent.plugins.proc.limits import ResourceLimits
 from homeagent.plugins.proc.plugin import ProcOptions, make_loader
 from homeagent.plugins.proc.supervisor import Supervisor
 from homeagent.plugins.registry import PluginRegistry, register_rpc
@@ -127,7 +129,7 @@ class Daemon:
             persona_file=lambda: cfg.get_str("core.agent.persona_file", ""),
         )
         # The socket comes up first (status works, messages queue) while memory and plugins load.
-        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self._cancel_turn)
+        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self._cancel_turn, limits=self._socket_limits)
         self._register_rpc()
         await self.socket.start()
         await self._start_memory()
@@ -215,7 +217,12 @@ class Daemon:
             "process",
             make_loader(
                 self.supervisor,
-                options=ProcOptions(call_timeout=cfg.get_duration("core.agent.tool_timeout", 120.0)),
+                options=ProcOptions(
+                    call_timeout=cfg.get_duration("core.agent.tool_timeout", 120.0),
+                    log_rate=float(cfg.get_int("core.plugin.log_rate", 50)),
+                    log_burst=4.0 * cfg.get_int("core.plugin.log_rate", 50),
+                    limits=self._plugin_limits,
+                ),
                 plugins=self.plugins,
             ),
         )
@@ -497,6 +504,41 @@ class Daemon:
         hits = await self.knowledge.search(str(params.get("query", "")), int(params.get("k", 5)))
         return [h.to_dict() for h in hits]
 
+    def _plugin_limits(self, name: str) -> ResourceLimits:
+        """A subprocess plugin's memory and CPU-time limits: the defaults, or its entry in core.plugin.limits."""
+        cfg = self.config
+        memory = cfg.get_int("core.plugin.max_memory_mb", 1024)
+        cpu = cfg.get_int("core.plugin.max_cpu_seconds", 0)
+        overrides = cfg.get("core.plugin.limits", {})
+        if isinstance(overrides, str):
+            try:
+                overrides = json.loads(overrides or "{}")
+            except ValueError:
+                overrides = {}
+        own = overrides.get(name) if isinstance(overrides, dict) else None
+        if isinstance(own, dict):
+            for key, value in own.items():
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    log.warning("core.plugin.limits: %s.%s = %r is not a whole number >= 0; ignored", name, key, value)
+                elif key == "max_memory_mb":
+                    memory = value
+                elif key == "max_cpu_seconds":
+                    cpu = value
+                else:
+                    log.warning("core.plugin.limits: %s.%s is not a limit (max_memory_mb, max_cpu_seconds)", name, key)
+        return ResourceLimits(max_memory_mb=memory, max_cpu_seconds=cpu)
+
+    def _socket_limits(self) -> SocketLimits:
+        """Per-connection limits of the local socket, read for each new connection."""
+        cfg = self.config
+        unread = cfg.get_int("core.socket.max_unread_bytes", 8 * 1024 * 1024)
+        return SocketLimits(
+            max_inflight_rpcs=cfg.get_int("core.socket.max_inflight_rpcs", 32),
+            max_queued_turns=cfg.get_int("core.socket.max_queued_turns", 8),
+            max_unread_bytes=unread,
+            pause_reading_bytes=unread // 8,
+        )
+
     def _cancel_turn(self) -> bool:
         return self.agent.cancel_turn() if hasattr(self, "agent") else False
 
@@ -511,6 +553,7 @@ class Daemon:
             "uptime_s": time.time() - self.started_at,
             "data_dir": str(self.paths.root),
             "socket": str(self.paths.socket),
+            "socket_clients": self.socket.stats(),
             "web": self.web_url,
             "agent": self.agent.status() if hasattr(self, "agent") else {"busy": False, "starting": True},
             "llm_source": self.llm.manager.current_source(),

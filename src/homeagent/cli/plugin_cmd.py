@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -192,6 +193,19 @@ def cmd_info(args: argparse.Namespace) -> int:
     skill = item.get("skill")
     if skill and skill.get("missing"):
         print(f"{'missing:':<14}{'; '.join(skill['missing'])}")
+    health = item.get("health") or {}
+    crash = health.get("last_crash")
+    if isinstance(crash, dict) and crash.get("reason"):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(crash.get("at") or 0)))
+        print(f"{'last crash:':<14}{when}: {crash['reason']} (restarts: {health.get('restarts', 0)})")
+    limits = health.get("limits")
+    if isinstance(limits, dict):
+        memory, cpu = limits.get("max_memory_mb") or 0, limits.get("max_cpu_seconds") or 0
+        print(
+            f"{'limits:':<14}memory {f'{memory} MB' if memory else 'unlimited'}, "
+            f"CPU time {f'{cpu} s' if cpu else 'unlimited'}"
+            + (f"; {health['log_dropped']} log lines dropped" if health.get("log_dropped") else "")
+        )
     install = item.get("install")
     if install and install.get("sha256"):
         print(f"{'sha256:':<14}{install['sha256']}")

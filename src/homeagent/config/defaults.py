@@ -106,6 +106,28 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.defaults.llm_endpoints", "", "string", "daemon", "Health-probe endpoints",
              "Comma-separated URLs probed by the health check; empty = the sources' base URLs.",
              owner_only=True),
+        _def("core.plugin.max_memory_mb", 1024, "int", "daemon", "Plugin memory limit",
+             "Memory (MB of heap and private mappings, RLIMIT_DATA) each subprocess plugin may use; an "
+             "allocation past it fails and the plugin is restarted. 0 = no limit. Applies at the next start.",
+             min=0, max=65_536, owner_only=True),
+        _def("core.plugin.max_cpu_seconds", 0, "int", "daemon", "Plugin CPU-time limit",
+             "Seconds of CPU time a subprocess plugin process may use over its life (RLIMIT_CPU) before it is "
+             "stopped and restarted. 0 = no limit. Applies at the next start.", min=0, owner_only=True),
+        _def("core.plugin.limits", "{}", "json", "daemon", "Per-plugin limits",
+             'Overrides per plugin name, e.g. {"indexer": {"max_memory_mb": 4096, "max_cpu_seconds": 0}}.',
+             owner_only=True),
+        _def("core.plugin.log_rate", 50, "int", "daemon", "Plugin log rate",
+             "Log lines per second a subprocess plugin may send (bursts of four times this); more are dropped, "
+             "counted, and summed up in one line.", min=1, max=100_000, owner_only=True),
+        _def("core.socket.max_inflight_rpcs", 32, "int", "daemon", "Socket RPCs in flight",
+             "RPCs one local-socket connection may have unanswered; more are answered at once with a "
+             "busy rpc_error.", min=1, max=10_000, owner_only=True),
+        _def("core.socket.max_queued_turns", 8, "int", "daemon", "Socket queued turns",
+             "Chat turns one local-socket connection may have queued or running; more are refused with a "
+             "busy error and a failed response.", min=1, max=10_000, owner_only=True),
+        _def("core.socket.max_unread_bytes", 8 * 1024 * 1024, "int", "daemon", "Socket unread output",
+             "Bytes of replies a local-socket client may leave unread before it is disconnected with an "
+             "error; the daemon stops reading its frames at an eighth of this.", min=64 * 1024, owner_only=True),
         # ---- paths
         _def("core.daemon.data_dir", p(), "string", "paths", "Data directory",
              "Where HomeAgent keeps its database, memory, plugins and logs (informational: the daemon "
@@ -209,6 +231,11 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              owner_only=True),
         _def("webui.allow_remote", False, "bool", "webui", "Allow remote access",
              "Permit webui.listen_addr to bind to a non-loopback address.", owner_only=True),
+        _def("webui.allowed_hosts", "", "string", "webui", "Allowed host names",
+             "Comma list of further names (name or name:port) the web UI answers to in the Host header, "
+             "besides 127.0.0.1, localhost, [::1] and the listen address; others get 421 (DNS rebinding "
+             "protection). On a non-loopback listen address the check applies once this is set; * turns it off.",
+             owner_only=True),
     ]
 
 

@@ -221,6 +221,7 @@ class ChatAPI:
         if existing is not None:
             return await self._wait(existing, "")
         message, future = self._message(text)
+        self.ctx.turns.claim(client, future)
         self.dedupe.put(client, msg_id, future)
         self.io.inject(message)
         return await self._wait(future, message.id)
@@ -237,6 +238,7 @@ class ChatAPI:
             return StreamingResponse(self._replay(existing), media_type="text/event-stream", headers=SSE_HEADERS)
         queue = FrameQueue()
         message, future = self._message(text, sink=queue.sink)
+        self.ctx.turns.claim(client, future)
         queue.put({"type": "accepted", "id": message.id})
         self.dedupe.put(client, msg_id, future)
         self.io.inject(message)
@@ -262,6 +264,7 @@ class ChatAPI:
     async def interrupt(self, request: Request) -> Response:
         body = await read_object(request)
         text = field_str(body, "text", max_len=MAX_TEXT)
+        self.ctx.turns.interrupt(principal_of(request).key)
         input_id = self.io.inject_interrupt_text(SOURCE, CHANNEL, text)
         return ok({"id": input_id, "busy": bool(self.ctx.daemon.agent.busy)})
 
@@ -319,6 +322,11 @@ class ChatAPI:
             return ok({"files": saved, "note": notes})
         text = f"{message.strip()}\n\n{notes}" if message.strip() else notes
         chat_message, future = self._message(text)
+        try:
+            self.ctx.turns.claim(client, future)
+        except ApiError as exc:  # the files are kept: say where, so a retry can refer to them
+            exc.extra["files"] = saved
+            raise
         input_id = chat_message.id
         self.dedupe.put(client, msg_id, future)
         self.io.inject(chat_message)

@@ -21,10 +21,12 @@ from starlette.responses import JSONResponse, Response
 
 from homeagent.text import TooDeep, loads
 from homeagent.webui.auth import LoginLimiter, Session, SessionStore, TokenStore
+from homeagent.webui.hosts import HostCheck
 from homeagent.webui.sse import StreamRegistry
 
 if TYPE_CHECKING:
     from homeagent.config import ConfigRegistry
+    from homeagent.webui.turns import TurnSlots
 
 Handler = Callable[[Request], Awaitable[Response]]
 MAX_JSON_BYTES = 1024 * 1024
@@ -67,6 +69,8 @@ class WebContext:
     limiter: LoginLimiter
     streams: StreamRegistry
     uploads_dir: Path
+    turns: TurnSlots
+    hosts: HostCheck = field(default_factory=HostCheck)
     started: float = field(default_factory=time.time)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 

@@ -38,6 +38,7 @@ from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, Connection, ConnectionStats, Pipes, PluginGone
 from homeagent.plugins.proc.protocol import MAX_FRAME, ErrorCode, Request, RPCError, to_json
 from homeagent.plugins.proc.stagewire import SNAPSHOT_FIELDS, StageChangeError, apply_changes, snapshot
+from homeagent.ratelimit import TokenBucket
 from homeagent.sdk.api import PluginSDK, ServiceUnavailable, Unregister
 from homeagent.sdk.types import ConfigDef, InjectOptions, OutputCap, StageContext, ToolDef
 
@@ -68,23 +69,8 @@ class SessionOptions:
     max_inflight: int = 64
     inject_rate: float = 20.0
     inject_burst: float = 100.0
-
-
-class _Bucket:
-    """A token bucket: ``rate`` per second, at most ``burst`` at once."""
-
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
-        self._tokens, self._at = burst, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
+    log_rate: float = 50.0  # plugin `log` lines per second; more are dropped and counted
+    log_burst: float = 200.0
 
 
 # ---------------------------------------------------------------- parameter checks
@@ -209,7 +195,11 @@ class HostSession:
         self._detach = detach or _own_task
         self._registrations: dict[tuple[str, str], Unregister] = {}
         self._cleaned: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._bucket = _Bucket(self.options.inject_rate, self.options.inject_burst)
+        self._bucket = TokenBucket(self.options.inject_rate, self.options.inject_burst)
+        self._log_bucket = TokenBucket(self.options.log_rate, self.options.log_burst)
+        self.log_dropped = 0
+        self._log_dropped_unreported = 0
+        self._log_summary: asyncio.TimerHandle | None = None
         self._subscription_ids = 0
         self.denied = 0
         self.cleaner_skipped = 0
@@ -301,6 +291,9 @@ class HostSession:
         if self.connection.closed:
             return
         self.closed_reason = reason
+        if self._log_summary is not None:
+            self._log_summary.cancel()
+            self._report_dropped_logs()
         self.connection.close(PluginGone(reason))
         registrations, self._registrations = self._registrations, {}
         for (kind, name), undo in reversed(list(registrations.items())):
@@ -367,8 +360,27 @@ class HostSession:
         return self._sdk.settings
 
     def _log(self, p: dict[str, Any]) -> None:
+        if not self._log_bucket.take():
+            # dropped, counted, and summed up in one line a second later (not one line per drop)
+            self.log_dropped += 1
+            self._log_dropped_unreported += 1
+            if self._log_summary is None:
+                self._log_summary = asyncio.get_running_loop().call_later(1.0, self._report_dropped_logs)
+            return
         level = logging.getLevelName(str(p.get("level", "info")).upper())
         self.plugin_log.log(level if isinstance(level, int) else logging.INFO, "%s", str(p.get("message", ""))[:10_000])
+
+    def _report_dropped_logs(self) -> None:
+        self._log_summary = None
+        count, self._log_dropped_unreported = self._log_dropped_unreported, 0
+        if count:
+            self.plugin_log.warning(
+                "… %d log lines from plugin %s dropped (more than %g a second; %d dropped in all)",
+                count,
+                self.name,
+                self.options.log_rate,
+                self.log_dropped,
+            )
 
     def _add(self, kind: str, name: str, undo: Unregister) -> None:
         old = self._registrations.pop((kind, name), None)
