@@ -32,12 +32,11 @@ _ENTITY_TEXT = {"&#91;": "[", "&#93;": "]", "&#44;": ",", "&amp;": "&"}
 
 def clean(text: str) -> str:
     """``text`` without QQ decoration; plain text passes through unchanged (but for spaces)."""
-    if "[" in text or "&" in text or "@" in text:
-        text = _HEADER.sub(lambda m: f"{m.group(1)}: ", text)
-        text = _CQ.sub(" ", text)
-        text = _MARKERS.sub(" ", text)
-        text = _NOTICES.sub(" ", text)
-        text = _ALL.sub(" ", text)
-        text = _ENTITIES.sub(lambda m: _ENTITY_TEXT[m.group(0)], text)
+    text = _HEADER.sub(lambda m: f"{m.group(1)}: ", text)
+    text = _CQ.sub(" ", text)
+    text = _MARKERS.sub(" ", text)
+    text = _NOTICES.sub(" ", text)
+    text = _ALL.sub(" ", text)
+    text = _ENTITIES.sub(lambda m: _ENTITY_TEXT[m.group(0)], text)
     text = _TIMESTAMP.sub(" ", text)
     return _SPACES.sub(" ", text).strip()
