@@ -41,6 +41,9 @@ BUSY = -32005
 """The host's "too many inputs" error code: wait and retry, the input is not lost."""
 
 ROUTES_KEPT = 2000
+OUTBOX_SIZE = 100
+RECONNECT_WAIT = 30.0
+"""How long a reply waits for a lost OneBot connection to come back before it is given up."""
 SENT_KEPT = 2000
 
 
@@ -233,6 +236,7 @@ class QQPlugin:
         self.self_id = ""
         self.state = ("starting", "")
         self._queue: asyncio.Queue[Inbound] = asyncio.Queue(1)
+        self._outbox: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(OUTBOX_SIZE)
         self._routes: collections.OrderedDict[str, tuple[Chat, str]] = collections.OrderedDict()
         self._sent: collections.OrderedDict[str, Chat] = collections.OrderedDict()
         self._pacer = Pacer(20)
@@ -264,7 +268,7 @@ class QQPlugin:
             link = self.link.run_reverse(cfg.reverse_host, cfg.reverse_port, cfg.access_token)
         else:
             link = self.link.run_forward(cfg.ws_url, cfg.access_token, backoff_max=float(cfg.reconnect_max))
-        self._tasks = [asyncio.create_task(link), asyncio.create_task(self._feed())]
+        self._tasks = [asyncio.create_task(link), asyncio.create_task(self._feed()), asyncio.create_task(self._post())]
         if not cfg.allowed_users and not cfg.allowed_groups:
             self.log.warning("plugin.qq.allowed_users and allowed_groups are empty: every QQ message is ignored")
 
@@ -408,6 +412,32 @@ class QQPlugin:
         return mid
 
     async def _deliver(self, payload: str, meta: dict[str, Any], type_: str) -> Any:
+        """The channel handler. Replies to inputs are queued and sent by :meth:`_post`.
+
+        The agent hands a reply over before it starts its next turn, so
+        waiting here for a chat's pacing (or a reconnect) would hold up every
+        channel; a send the model asked for waits, so it learns the outcome.
+        """
+        if meta.get("reply_to") and type_ == "text":
+            chat, _, _ = self._route(meta)
+            try:
+                self._outbox.put_nowait((payload, dict(meta)))
+            except asyncio.QueueFull:
+                self.counters.send_errors += 1
+                raise RuntimeError(f"{OUTBOX_SIZE} QQ replies are already waiting to be sent; this one was dropped") from None
+            return {"status": "queued", "to": str(chat)}
+        return await self._send_now(payload, meta, type_)
+
+    async def _post(self) -> None:
+        while True:
+            payload, meta = await self._outbox.get()
+            try:
+                await self.link.wait_connected(RECONNECT_WAIT)
+                await self._send_now(payload, meta, "text")
+            except Exception as e:
+                self.log.error("a QQ reply could not be sent: %s", e)
+
+    async def _send_now(self, payload: str, meta: dict[str, Any], type_: str) -> Any:
         chat, quoted, is_reply = self._route(meta)
         try:
             if type_ == "text":

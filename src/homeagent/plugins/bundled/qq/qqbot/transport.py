@@ -20,6 +20,7 @@ counted and skipped: one bad frame never ends the connection.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import itertools
@@ -105,11 +106,19 @@ class OneBotLink:
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._echo = itertools.count(1)
         self._malformed_logged = 0
+        self._up = asyncio.Event()
         self.where = ""
 
     @property
     def connected(self) -> bool:
         return self._ws is not None and not self._ws.closed
+
+    async def wait_connected(self, timeout: float) -> None:
+        """Return once there is a connection, or after ``timeout`` (the send then fails with NotConnected)."""
+        if not self.connected:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._up.wait()
 
     # ---------------------------------------------------------------- actions
 
@@ -172,6 +181,7 @@ class OneBotLink:
 
     def _attach(self, ws: aiohttp.ClientWebSocketResponse | web.WebSocketResponse, where: str) -> None:
         self._ws = ws
+        self._up.set()
         self.stats.connects += 1
         self.stats.last_error = ""
         self._on_status("connected", where)
@@ -179,6 +189,7 @@ class OneBotLink:
     def _detach(self, ws: Any, reason: str) -> None:
         if self._ws is ws:
             self._ws = None
+            self._up.clear()
             self.stats.disconnects += 1
             for future in self._pending.values():
                 if not future.done():
