@@ -83,3 +83,13 @@ async def test_the_shipped_plugin_is_listed_enabled_and_removed_without_a_daemon
     assert removed.code == 0 and not link.exists() and not link.is_symlink()
     assert (BUNDLED_DIR / "qq" / "plugin.json").is_file(), "removing deleted the link, not the shipped folder"
     assert not [p for p in (data_dir / "plugins").iterdir()], "no leftover link in the plugins folder"
+
+
+def test_every_qq_setting_is_documented_with_its_default() -> None:
+    from qqbot.plugin import _defs
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    for d in _defs():
+        default = str(d.default).lower() if isinstance(d.default, bool) else str(d.default)
+        row = f"| `plugin.qq.{d.key}` | {d.type} | `{default}` |"
+        assert row in doc, f"docs/configuration.md lacks {row}"
