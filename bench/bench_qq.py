@@ -101,7 +101,7 @@ async def burst(daemon: Daemon, fake: FakeOneBot, count: int, rate: float) -> li
     await poll(daemon, lambda s: s["received"] >= st0["received"] + count)
     await asyncio.sleep(1.0)  # let the feeder catch up with what the host accepts
     st = await qq_status(daemon)
-    return [f"@-mentions at {rate:g}/s for {count / rate:g} s", count, f"{rate:g}/s",
+    return [f"@-mentions at {rate:g}/s for {count / rate:.1f} s", count, f"{rate:g}/s",
             st["injected"] - st0["injected"], st["dropped"] - st0["dropped"]]
 
 

@@ -93,7 +93,7 @@ async def test_private_message_round_trip_and_a_dropped_connection(daemon: Daemo
 
 
 async def test_group_answers_a_mention_and_stays_silent_otherwise(daemon: Daemon, fake: FakeOneBot) -> None:
-    await enable_qq(daemon, ws_url=fake.url, group_keywords="小助手")
+    await enable_qq(daemon, ws_url=fake.url, group_keywords="小助手", remember_unaddressed=True)
     await connected(daemon, fake)
     await fake.send(fake.group_message(GROUP, BOB, "just chatting, I like tea", nickname="Bob"))
     await fake.send(fake.group_message(GROUP + 1, ADA, [at(fake.self_id), text(" hi")]))  # not an allowed group
@@ -111,8 +111,11 @@ async def test_group_answers_a_mention_and_stays_silent_otherwise(daemon: Daemon
     assert "Noted: my name is Bob" in reply_text(keyword)
     st = await status(daemon)
     assert st["received"] == 5 and st["injected"] == 2
-    assert st["ignored"] == 1 and st["not_allowed"] == 2
+    assert st["remembered"] == 1 and st["not_allowed"] == 2
     assert [a["action"] for a in fake.actions] == ["send_group_msg", "send_group_msg"], "nothing else was answered"
+    assert daemon.docs is not None
+    docs = await asyncio.to_thread(lambda: [d.content for d in daemon.docs.iter_docs()])  # type: ignore[union-attr]
+    assert any("[QQ 群 777 · Bob(10002)] just chatting, I like tea" in d for d in docs), docs
 
 
 async def test_tools_actions_and_their_errors(daemon: Daemon, fake: FakeOneBot, tmp_path: Path) -> None:
