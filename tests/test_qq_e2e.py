@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from homeagent.daemon import Daemon
-from homeagent.sdk.types import ToolCall
+from homeagent.sdk.types import Stage, StageContext, ToolCall
 from tests.conftest import run_cli
 from tests.fakes.onebot import FakeOneBot, at, text
 
@@ -98,6 +98,12 @@ async def test_group_answers_a_mention_and_stays_silent_otherwise(daemon: Daemon
     await fake.send(fake.group_message(GROUP, BOB, "just chatting, I like tea", nickname="Bob"))
     await fake.send(fake.group_message(GROUP + 1, ADA, [at(fake.self_id), text(" hi")]))  # not an allowed group
     await fake.send(fake.private_message(BOB, "hello"))  # not an allowed user
+    seen: list[tuple[str, str, str, dict[str, Any]]] = []
+
+    def watch(ctx: StageContext) -> None:
+        seen.append((ctx.user_id, ctx.group_id, ctx.channel, dict(ctx.extra.get("qq") or {})))
+
+    daemon.stages.register(Stage.ON_INPUT, watch, plugin="test")
     mention = fake.group_message(GROUP, ADA, [at(fake.self_id), text(" I live in Oslo")], card="Ada (ops)")
     await fake.send(mention)
     sent = await fake.wait_action("send_group_msg")
@@ -105,6 +111,8 @@ async def test_group_answers_a_mention_and_stays_silent_otherwise(daemon: Daemon
     segs = sent["params"]["message"]
     assert segs[0] == {"type": "reply", "data": {"id": str(mention["message_id"])}}, "the reply quotes the question"
     assert "Noted: I live in Oslo" in reply_text(sent)
+    assert seen[0] == (str(ADA), str(GROUP), "qq", {"chat": "group", "chat_id": str(GROUP), "nickname": "Ada (ops)",
+                                                     "message_id": str(mention["message_id"])})
 
     await fake.send(fake.group_message(GROUP, BOB, "小助手 my name is Bob", nickname="Bob"))
     keyword = await fake.wait_action("send_group_msg", after=fake.actions.index(sent) + 1)
