@@ -78,6 +78,7 @@ def available_entries(installed: set[str], root: Path | None = BUNDLED_DIR) -> l
                 "capabilities": list(m.capabilities) if m else [],
                 "tags": list(m.tags) if m else [],
                 "state": "available",
+                "enabled": False,
                 "error": "",
                 "note": f"ships with HomeAgent; `homeagent plugin enable {name}` turns it on",
                 "path": str(folder),
