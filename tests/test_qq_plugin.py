@@ -7,7 +7,12 @@ spec: messages to text, replies to QQ-sized parts, the memory cleaner.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +24,8 @@ sys.path.insert(0, str(BUNDLED_DIR / "qq"))
 
 from qqbot.cleaner import clean
 from qqbot.message import MAX_INPUT_CHARS, header, segments, split_text, to_text
+from qqbot.plugin import Chat, Pacer
+from qqbot.transport import NotConnected, OneBotLink, backoff_delays
 
 
 def test_segments_and_cq_strings_read_the_same() -> None:
@@ -93,3 +100,61 @@ def test_every_qq_setting_is_documented_with_its_default() -> None:
         default = str(d.default).lower() if isinstance(d.default, bool) else str(d.default)
         row = f"| `plugin.qq.{d.key}` | {d.type} | `{default}` |"
         assert row in doc, f"docs/configuration.md lacks {row}"
+
+
+def test_reconnect_delays_double_up_to_the_cap() -> None:
+    delays = backoff_delays(1.0, 60.0)
+    first = [next(delays) for _ in range(12)]
+    assert 0.8 <= first[0] <= 1.2 and 1.6 <= first[1] <= 2.4
+    assert all(d <= 60.0 for d in first) and first[-1] >= 48.0
+    hour = 0.0
+    attempts = 0
+    while hour < 3600:
+        hour += next(delays)
+        attempts += 1
+    assert attempts < 80, "an implementation gone for an hour costs a few dozen attempts"
+
+
+async def test_a_server_that_is_gone_is_retried_without_a_busy_loop() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    states: list[tuple[str, str]] = []
+    link = OneBotLink(lambda ev: None, lambda st, detail: states.append((st, detail)), log=logging.getLogger("t"))
+    task = asyncio.create_task(link.run_forward(f"ws://127.0.0.1:{port}/", "", backoff_initial=0.05, backoff_max=0.2))
+    await asyncio.sleep(1.0)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    errors = [d for s, d in states if s == "error"]
+    assert 4 <= len(errors) <= 12, errors  # 0.05, 0.1, 0.2, 0.2 … not thousands
+    assert "cannot connect to ws://127.0.0.1:" in errors[0] and "retrying in" in errors[0]
+    with pytest.raises(NotConnected, match="not connected to a OneBot implementation"):
+        await link.call("get_login_info", {})
+
+
+async def test_reverse_mode_will_not_listen_on_the_network_without_a_token() -> None:
+    states: list[tuple[str, str]] = []
+    link = OneBotLink(lambda ev: None, lambda st, detail: states.append((st, detail)), log=logging.getLogger("t"))
+    task = asyncio.create_task(link.run_reverse("0.0.0.0", 1, ""))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert states == [("error", "refusing to listen on 0.0.0.0 without an access token; set plugin.qq.access_token")]
+
+
+async def test_the_pacer_lets_a_burst_through_then_paces_then_refuses() -> None:
+    pacer = Pacer(600, burst=3, max_wait=0.25)  # 10 a second
+    chat = Chat("group", "1")
+    started = time.monotonic()
+    for _ in range(3):
+        await pacer.wait(chat)
+    assert time.monotonic() - started < 0.05
+    await pacer.wait(chat)
+    assert time.monotonic() - started >= 0.08
+    await pacer.wait(Chat("group", "2"))  # another chat has its own bucket
+    assert time.monotonic() - started < 0.2
+    crowd = await asyncio.gather(*(pacer.wait(chat) for _ in range(8)), return_exceptions=True)
+    refused = [r for r in crowd if isinstance(r, RuntimeError)]
+    assert 3 <= len(refused) <= 6 and "rate limit of 600 messages a minute" in str(refused[0]), crowd
