@@ -174,6 +174,10 @@ async def test_tools_actions_and_their_errors(daemon: Daemon, fake: FakeOneBot, 
                                                     "meta": {"group_id": GROUP}})
     assert nofile.status == "error" and "no such image" in str(nofile.result)
 
+    assert daemon.cleaners is not None
+    cleaned = await asyncio.to_thread(daemon.cleaners.clean, "[QQ 群 777 · Ada(10001)] [回复 #5] hi [表情][CQ:face,id=1]")
+    assert cleaned == "Ada: hi", "memory's cleaner chain runs the plugin's cleaner in its process"
+
 
 async def test_bad_frames_and_a_flood_do_not_hurt(daemon: Daemon, fake: FakeOneBot) -> None:
     await enable_qq(daemon, ws_url=fake.url, queue_size=10, rate_per_minute=600)

@@ -284,7 +284,7 @@ class QQPlugin:
         if (state, detail) == self.state:
             return
         self.state = (state, detail)
-        log = self.log.warning if state == "error" else self.log.info
+        log = self.log.warning if state == "error" else self.log.debug if state == "connecting" else self.log.info
         log("OneBot %s: %s", state, detail)
         if isinstance(self.sdk, RemoteSDK):
             with contextlib.suppress(Exception):
