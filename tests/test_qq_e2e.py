@@ -138,6 +138,8 @@ async def test_tools_actions_and_their_errors(daemon: Daemon, fake: FakeOneBot, 
 
     denied = await tool(daemon, "output_send__qq", {"payload": "hi", "meta": {"group_id": "123"}})
     assert denied.status == "error" and "allowed_groups" in str(denied.result)
+    forged = await tool(daemon, "output_send__qq", {"payload": "hi", "meta": {"user_id": "55", "reply_to": "x"}})
+    assert forged.status == "error" and "allowed_users" in str(forged.result), "a made-up reply_to opens nothing"
     help_ = await tool(daemon, "output_send__qq_help")
     assert help_.result["caps"] == ["text", "file", "image"] and "group_id" in help_.result["meta"]
 

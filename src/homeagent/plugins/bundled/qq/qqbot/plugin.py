@@ -385,16 +385,18 @@ class QQPlugin:
         if reply_to in self._routes:
             chat, quoted = self._routes[reply_to]
             return chat, quoted, True
+        # Not an input this plugin delivered (or one from before a restart): the allow-lists decide,
+        # so a made-up reply_to cannot open a chat the user did not allow.
         if meta.get("group_id"):
             chat = Chat("group", str(_num(meta["group_id"], "group_id")))
-            if not reply_to and not self.cfg.group_allowed(chat.id):
+            if not self.cfg.group_allowed(chat.id):
                 raise PermissionError(f"{chat} is not in plugin.qq.allowed_groups")
-            return chat, "", bool(reply_to)
+            return chat, "", False
         if meta.get("user_id"):
             chat = Chat("private", str(_num(meta["user_id"], "user_id")))
-            if not reply_to and not self.cfg.user_allowed(chat.id):
+            if not self.cfg.user_allowed(chat.id):
                 raise PermissionError(f"{chat} is not in plugin.qq.allowed_users")
-            return chat, "", bool(reply_to)
+            return chat, "", False
         raise ValueError('meta needs "group_id" or "user_id" (see output_send__qq_help)')
 
     async def _send(self, chat: Chat, message: list[Segment]) -> str:
