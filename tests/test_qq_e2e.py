@@ -160,6 +160,14 @@ async def test_tools_actions_and_their_errors(daemon: Daemon, fake: FakeOneBot, 
     member = await tool(daemon, "qq_group_member_info", {"group_id": GROUP, "user_id": ADA})
     assert member.result["role"] == "admin" and member.result["card"] == "Ada (ops)"
 
+    await fake.send({"time": 1, "self_id": fake.self_id, "post_type": "notice", "notice_type": "group_decrease",
+                     "sub_type": "kick_me", "group_id": GROUP, "operator_id": BOB, "user_id": fake.self_id})
+    fake.errors["send_group_msg"] = (1200, "not a member of this group")
+    kicked = await tool(daemon, "qq_send_group", {"group_id": GROUP, "text": "still here?"})
+    assert kicked.status == "error" and "retcode 1200" in str(kicked.result)
+    assert (await status(daemon))["kicked_from"] == [str(GROUP)]
+    del fake.errors["send_group_msg"]  # invited back
+
     fake.errors["send_private_msg"] = (100, "the user is not your friend")
     failed = await tool(daemon, "qq_send_private", {"user_id": ADA, "text": "hi"})
     assert failed.status == "error"

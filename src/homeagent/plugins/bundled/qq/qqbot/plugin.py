@@ -234,6 +234,7 @@ class QQPlugin:
         self.link = OneBotLink(self._event, self._status, log=self.log)
         self.counters = Counters()
         self.self_id = ""
+        self.kicked_from: list[str] = []
         self.state = ("starting", "")
         self._queue: asyncio.Queue[Inbound] = asyncio.Queue(1)
         self._outbox: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue(OUTBOX_SIZE)
@@ -295,8 +296,13 @@ class QQPlugin:
     def _event(self, ev: dict[str, Any]) -> None:
         if ev.get("self_id") is not None:
             self.self_id = str(ev["self_id"])
+        if ev.get("post_type") == "notice" and ev.get("notice_type") == "group_decrease" and ev.get("sub_type") == "kick_me":
+            group = str(ev.get("group_id") or "")
+            self.kicked_from = [*self.kicked_from[-19:], group]
+            self.log.warning("the bot was removed from QQ group %s; sends to it will fail", group)
+            return
         if ev.get("post_type") != "message":
-            return  # meta events (heartbeat, lifecycle), notices, requests, the bot's own sent messages
+            return  # meta events (heartbeat, lifecycle), other notices, requests, the bot's own sent messages
         self.counters.received += 1
         user_id = str(ev.get("user_id") or "")
         kind = ev.get("message_type")
@@ -563,6 +569,7 @@ class QQPlugin:
             "detail": self.state[1],
             "connected": self.link.connected,
             "self_id": self.self_id,
+            "kicked_from": self.kicked_from,
             "queue": self._queue.qsize(),
             "queue_size": self.cfg.queue_size,
             **vars(self.counters),
