@@ -256,3 +256,27 @@ async def test_reverse_websocket_checks_the_token(daemon: Daemon, fake: FakeOneB
     await fake.send(fake.private_message(ADA, "I like rain"))
     sent = await fake.wait_action("send_private_msg")
     assert "Noted: I like rain" in reply_text(sent)
+
+
+async def test_http_api_and_signed_event_posts(daemon: Daemon, fake: FakeOneBot) -> None:
+    port = _free_port()
+    await enable_qq(daemon, mode="http", http_api_url=f"http://127.0.0.1:{fake.port}", reverse_port=port,
+                    http_secret="sig-key")
+    url = f"http://127.0.0.1:{port}/"
+    for _ in range(100):
+        try:
+            code = await fake.post_event(url, fake.heartbeat(), secret="wrong-key")
+            break
+        except OSError:  # not listening yet
+            await asyncio.sleep(0.05)
+    assert code == 403
+    assert "wrong or no X-Signature" in daemon.plugins.info("qq")["health"]["status"]["detail"]
+    assert await fake.post_event(url, fake.private_message(ADA, "I like snow"), secret="sig-key") == 204
+    sent = await fake.wait_action("send_private_msg")
+    assert sent["params"]["user_id"] == ADA and "Noted: I like snow" in reply_text(sent)
+    missing = await tool(daemon, "qq_get_message", {"message_id": 424242})
+    assert missing.status == "error" and "retcode 1404" in str(missing.result)
+    fake.token = "rotated"  # the implementation's token changed behind our back
+    refused = await tool(daemon, "qq_send_private", {"user_id": ADA, "text": "hi"})
+    assert refused.status == "error" and "rejected the access token (HTTP 403)" in str(refused.result)
+    assert "plugin.qq.access_token" in daemon.plugins.info("qq")["health"]["status"]["detail"]

@@ -6,13 +6,15 @@ and segment arrays, actions ``{"action", "params", "echo"}`` answered with
 ``{"status", "retcode", "data", "echo"}``. It serves the forward WebSocket
 (checking the access token in the ``Authorization`` header or the
 ``access_token`` query, 401/403 otherwise) and can play the reverse client
-(:meth:`FakeOneBot.connect_reverse`). Tests push events, read the actions the
+(:meth:`FakeOneBot.connect_reverse`), and the HTTP API with signed event POSTs
+(:meth:`FakeOneBot.post_event`). Tests push events, read the actions the
 plugin sent, make an action fail, drop the connection or send garbage.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import itertools
 import json
 import time
@@ -59,6 +61,7 @@ class FakeOneBot:
     async def start(self) -> FakeOneBot:
         app = web.Application()
         app.router.add_get("/{tail:.*}", self._accept)
+        app.router.add_post("/{action}", self._http_action)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -77,14 +80,21 @@ class FakeOneBot:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    async def _token_refused(self, request: web.Request) -> web.Response | None:
+        if not self.token:
+            return None
+        auth = request.headers.get("Authorization", "")
+        offered = auth.removeprefix("Bearer ") if auth else request.query.get("access_token", "")
+        if offered == self.token:
+            return None
+        self.auth_failures += 1
+        await self._notify()
+        return web.Response(status=403 if offered else 401, text="token check failed")
+
     async def _accept(self, request: web.Request) -> web.StreamResponse:
-        if self.token:
-            auth = request.headers.get("Authorization", "")
-            offered = auth.removeprefix("Bearer ") if auth else request.query.get("access_token", "")
-            if offered != self.token:
-                self.auth_failures += 1
-                await self._notify()
-                return web.Response(status=403 if offered else 401, text="token check failed")
+        refused = await self._token_refused(request)
+        if refused is not None:
+            return refused
         ws = web.WebSocketResponse(max_msg_size=64 * 1024 * 1024)
         await ws.prepare(request)
         await self._serve(ws)
@@ -126,6 +136,31 @@ class FakeOneBot:
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
+
+    async def _http_action(self, request: web.Request) -> web.StreamResponse:
+        """The HTTP API: ``POST /<action>`` with the params as a JSON body."""
+        refused = await self._token_refused(request)
+        if refused is not None:
+            return refused
+        params = await request.json() if request.can_read_body else {}
+        sink = _Collector()
+        await self._action(sink, {"action": request.match_info["action"], "params": params})
+        answer = sink.sent[0]
+        answer.pop("echo", None)
+        if answer.get("retcode") == 1404:
+            return web.Response(status=404)
+        return web.json_response(answer)
+
+    async def post_event(self, url: str, event: dict[str, Any], *, secret: str = "") -> int:
+        """Report an event by HTTP POST (signed with ``secret`` like an implementation would); the HTTP status."""
+        if self._client is None:
+            self._client = aiohttp.ClientSession()
+        body = json.dumps(event, ensure_ascii=False).encode()
+        headers = {"Content-Type": "application/json", "X-Self-ID": str(self.self_id)}
+        if secret:
+            headers["X-Signature"] = "sha1=" + hmac.new(secret.encode(), body, "sha1").hexdigest()
+        async with self._client.post(url, data=body, headers=headers) as resp:
+            return resp.status
 
     # ---------------------------------------------------------------- actions
 
@@ -229,3 +264,13 @@ class FakeOneBot:
 
 
 _UNKNOWN: Any = object()
+
+
+class _Collector:
+    """Stands in for a WebSocket when an action arrives over HTTP: keeps the answer."""
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    async def send_json(self, data: dict[str, Any]) -> None:
+        self.sent.append(data)

@@ -52,16 +52,22 @@ def _defs() -> list[ConfigDef]:
     return [
         ConfigDef("mode", "forward", "select", "Connection", "forward: the plugin connects to the OneBot "
                   "implementation's WebSocket server (ws_url); reverse: the implementation connects to the plugin "
-                  "(reverse_host:reverse_port).", cat, options=["forward", "reverse"]),
+                  "(reverse_host:reverse_port); http: actions over the HTTP API (http_api_url), events POSTed to "
+                  "reverse_host:reverse_port.", cat, options=["forward", "reverse", "http"]),
         ConfigDef("ws_url", "ws://127.0.0.1:3001", "string", "WebSocket URL",
                   "Forward mode: the implementation's WebSocket server (NapCat's default port is 3001).", cat),
         ConfigDef("access_token", "", "password", "Access token",
                   "The access token configured in the OneBot implementation (sent as a Bearer header; "
                   "required from reverse clients when set).", cat),
-        ConfigDef("reverse_host", "127.0.0.1", "string", "Reverse: listen address",
-                  "Reverse mode: where to listen. Anything but loopback needs an access token.", cat),
-        ConfigDef("reverse_port", 8781, "int", "Reverse: port", "Reverse mode: the port to listen on.", cat,
-                  min=1, max=65535),
+        ConfigDef("reverse_host", "127.0.0.1", "string", "Reverse/HTTP: listen address",
+                  "Reverse and http modes: where to listen. Anything but loopback needs an access token "
+                  "(reverse) or a secret (http).", cat),
+        ConfigDef("reverse_port", 8781, "int", "Reverse/HTTP: port",
+                  "Reverse and http modes: the port to listen on.", cat, min=1, max=65535),
+        ConfigDef("http_api_url", "http://127.0.0.1:3000", "string", "HTTP API URL",
+                  "Http mode: the implementation's HTTP API (NapCat's default port is 3000).", cat),
+        ConfigDef("http_secret", "", "password", "HTTP POST secret",
+                  "Http mode: the secret the implementation signs its event POSTs with (X-Signature).", cat),
         ConfigDef("allowed_users", "", "string", "Allowed users",
                   "QQ numbers (comma-separated) whose private messages reach the agent; * for everyone. "
                   "Empty: private messages are ignored.", cat),
@@ -101,6 +107,8 @@ class QQSettings:
     access_token: str = ""
     reverse_host: str = "127.0.0.1"
     reverse_port: int = 8781
+    http_api_url: str = "http://127.0.0.1:3000"
+    http_secret: str = ""
     allowed_users: frozenset[str] = frozenset()
     allowed_groups: frozenset[str] = frozenset()
     group_keywords: tuple[str, ...] = ()
@@ -127,6 +135,8 @@ class QQSettings:
             access_token=str(get("access_token", "") or ""),
             reverse_host=str(get("reverse_host", d.reverse_host) or d.reverse_host),
             reverse_port=num("reverse_port", d.reverse_port),
+            http_api_url=str(get("http_api_url", d.http_api_url) or d.http_api_url),
+            http_secret=str(get("http_secret", "") or ""),
             allowed_users=_ids(get("allowed_users", "")),
             allowed_groups=_ids(get("allowed_groups", "")),
             group_keywords=tuple(k.lower() for k in _ids(get("group_keywords", ""))),
@@ -267,6 +277,10 @@ class QQPlugin:
         cfg = self.cfg
         if cfg.mode == "reverse":
             link = self.link.run_reverse(cfg.reverse_host, cfg.reverse_port, cfg.access_token)
+        elif cfg.mode == "http":
+            link = self.link.run_http(
+                cfg.http_api_url, cfg.access_token, cfg.reverse_host, cfg.reverse_port, cfg.http_secret
+            )
         else:
             link = self.link.run_forward(cfg.ws_url, cfg.access_token, backoff_max=float(cfg.reconnect_max))
         self._tasks = [asyncio.create_task(link), asyncio.create_task(self._feed()), asyncio.create_task(self._post())]

@@ -11,7 +11,11 @@
   ``access_token`` query parameter) in constant time and answers 401/403 to a
   client without the right one.
 
-Both carry events (frames with ``post_type``) and action answers (frames with
+* **HTTP** (actions as ``POST <api>/<action>`` with the Bearer token, events
+  POSTed by the implementation to the plugin and checked against their
+  ``X-Signature`` HMAC when a secret is set).
+
+Both WebSocket modes carry events (frames with ``post_type``) and action answers (frames with
 ``echo``) on one "universal" connection; actions are sent with a fresh
 ``echo`` and matched by it. A frame that is not JSON, or not an object, is
 counted and skipped: one bad frame never ends the connection.
@@ -103,6 +107,7 @@ class OneBotLink:
         self.log = log
         self.stats = LinkStats()
         self._ws: aiohttp.ClientWebSocketResponse | web.WebSocketResponse | None = None
+        self._http: tuple[aiohttp.ClientSession, str, str] | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._echo = itertools.count(1)
         self._malformed_logged = 0
@@ -111,7 +116,7 @@ class OneBotLink:
 
     @property
     def connected(self) -> bool:
-        return self._ws is not None and not self._ws.closed
+        return self._http is not None or (self._ws is not None and not self._ws.closed)
 
     async def wait_connected(self, timeout: float) -> None:
         """Return once there is a connection, or after ``timeout`` (the send then fails with NotConnected)."""
@@ -124,32 +129,66 @@ class OneBotLink:
 
     async def call(self, action: str, params: dict[str, Any], *, timeout: float = 10.0) -> Any:
         """Run ``action`` and return its ``data``; ActionError for a failed one, NotConnected without a link."""
-        ws = self._ws
-        if ws is None or ws.closed:
-            why = f" (last error: {self.stats.last_error})" if self.stats.last_error else ""
-            raise NotConnected(f"not connected to a OneBot implementation ({self.where}){why}")
-        echo = f"homeagent-{next(self._echo)}"
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[echo] = future
         self.stats.actions += 1
         try:
-            await ws.send_str(json.dumps({"action": action, "params": params, "echo": echo}, ensure_ascii=False))
-            async with asyncio.timeout(timeout):
-                answer = await future
+            if self._http is not None:
+                answer = await self._http_call(action, params, timeout)
+            else:
+                answer = await self._ws_call(action, params, timeout)
         except TimeoutError:
             self.stats.action_errors += 1
             raise ActionError(action, None, "timeout", f"no answer within {timeout:g}s") from None
         except (ConnectionError, aiohttp.ClientError) as e:
             self.stats.action_errors += 1
             raise NotConnected(f"the OneBot connection broke while sending {action}: {e}") from None
-        finally:
-            self._pending.pop(echo, None)
         retcode = answer.get("retcode")
         if answer.get("status") == "failed" or retcode not in (0, 1, None):
             self.stats.action_errors += 1
             message = answer.get("wording") or answer.get("message") or answer.get("msg") or ""
             raise ActionError(action, retcode, answer.get("status"), str(message))
         return answer.get("data")
+
+    def _not_connected(self) -> NotConnected:
+        why = f" (last error: {self.stats.last_error})" if self.stats.last_error else ""
+        return NotConnected(f"not connected to a OneBot implementation ({self.where}){why}")
+
+    async def _ws_call(self, action: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        ws = self._ws
+        if ws is None or ws.closed:
+            raise self._not_connected()
+        echo = f"homeagent-{next(self._echo)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[echo] = future
+        try:
+            await ws.send_str(json.dumps({"action": action, "params": params, "echo": echo}, ensure_ascii=False))
+            async with asyncio.timeout(timeout):
+                return await future
+        finally:
+            self._pending.pop(echo, None)
+
+    async def _http_call(self, action: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        """An action over the HTTP API: ``POST <api>/<action>``, the HTTP status mapped to a retcode."""
+        assert self._http is not None
+        session, base, token = self._http
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with session.post(
+            f"{base}/{action}", json=params, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+        ) as resp:
+            if resp.status in (401, 403):
+                self.stats.auth_failures += 1
+                reason = (
+                    f"{base} rejected the access token (HTTP {resp.status}): set plugin.qq.access_token "
+                    "to the token configured in the OneBot implementation"
+                )
+                self.stats.last_error = reason
+                self._on_status("error", reason)
+                return {"status": "failed", "retcode": 1400 + resp.status - 400, "message": reason}
+            if resp.status != 200:
+                return {"status": "failed", "retcode": 1000 + resp.status, "message": f"HTTP {resp.status}"}
+            answer = await resp.json(content_type=None)
+        if not isinstance(answer, dict):
+            return {"status": "failed", "retcode": None, "message": "the answer is not a JSON object"}
+        return answer
 
     # ---------------------------------------------------------------- frames
 
@@ -276,6 +315,59 @@ class OneBotLink:
             if self._ws is not None:
                 await self._ws.close()
             await runner.cleanup()
+
+    # ---------------------------------------------------------------- HTTP
+
+    async def run_http(self, api_url: str, token: str, host: str, port: int, secret: str) -> None:
+        """Actions over the HTTP API at ``api_url``; events POSTed to ``host:port`` (any path), until cancelled.
+
+        Events are checked against their ``X-Signature`` (HMAC-SHA1 of the body
+        with ``secret``) when a secret is set; without one only loopback is served.
+        """
+        base = api_url.rstrip("/")
+        self.where = f"{base} (events to http://{host}:{port}/)"
+        if not secret and not _is_loopback(host):
+            reason = f"refusing to take events on {host} without a secret; set plugin.qq.http_secret"
+            self.stats.last_error = reason
+            self._on_status("error", reason)
+            await asyncio.Event().wait()
+        app = web.Application(client_max_size=MAX_FRAME)
+        app.router.add_post("/{tail:.*}", lambda request: self._post_event(request, secret))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        session = aiohttp.ClientSession()
+        try:
+            site = web.TCPSite(runner, host, port)
+            try:
+                await site.start()
+            except OSError as e:
+                reason = f"cannot listen on {host}:{port}: {e}"
+                self.stats.last_error = reason
+                self._on_status("error", reason)
+                await asyncio.Event().wait()
+            self._http = (session, base, token)
+            self._up.set()
+            self.stats.connects += 1
+            self._on_status("listening", f"actions to {base}/, events on http://{host}:{port}/")
+            await asyncio.Event().wait()
+        finally:
+            self._http = None
+            self._up.clear()
+            await session.close()
+            await runner.cleanup()
+
+    async def _post_event(self, request: web.Request, secret: str) -> web.StreamResponse:
+        body = await request.read()
+        if secret:
+            expected = "sha1=" + hmac.new(secret.encode(), body, "sha1").hexdigest()
+            if not hmac.compare_digest(request.headers.get("X-Signature", "").encode(), expected.encode()):
+                self.stats.auth_failures += 1
+                reason = f"an event POST from {request.remote} had a wrong or no X-Signature; it was turned away"
+                self.stats.last_error = reason
+                self._on_status("error", reason)
+                return web.Response(status=403, text="bad signature")
+        self._frame(body)
+        return web.Response(status=204)
 
     async def _accept(self, request: web.Request, token: str) -> web.StreamResponse:
         if token:
