@@ -90,6 +90,9 @@ async def test_private_message_round_trip_and_a_dropped_connection(daemon: Daemo
     st = await status(daemon)
     assert st["connected"] and st["link"]["connects"] == 2 and st["link"]["disconnects"] == 1
     assert st["self_id"] == str(fake.self_id)
+    opened = await tool(daemon, "config_set", {"scope": "plugin", "key": "qq.allowed_users", "value": "*"})
+    assert opened.status == "error" and "owner" in str(opened.result), "a chat message cannot open the bot to all"
+    assert daemon.config.get_plugin("qq", "allowed_users") == str(ADA)
 
 
 async def test_group_answers_a_mention_and_stays_silent_otherwise(daemon: Daemon, fake: FakeOneBot) -> None:

@@ -98,7 +98,8 @@ def test_every_qq_setting_is_documented_with_its_default() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
     for d in _defs():
         default = str(d.default).lower() if isinstance(d.default, bool) else str(d.default)
-        row = f"| `plugin.qq.{d.key}` | {d.type} | `{default}` |"
+        kind = f"{d.type}, owner-only" if d.owner_only else d.type
+        row = f"| `plugin.qq.{d.key}` | {kind} | `{default}` |"
         assert row in doc, f"docs/configuration.md lacks {row}"
 
 

@@ -48,38 +48,41 @@ SENT_KEPT = 2000
 
 
 def _defs() -> list[ConfigDef]:
+    """The plugin's settings. Who may talk to the agent and where the plugin connects or listens are
+    owner-only: the model's settings tools cannot change them, so a message in a chat cannot open the
+    bot to everyone or point it elsewhere."""
     cat = "QQ (OneBot v11)"
     return [
         ConfigDef("mode", "forward", "select", "Connection", "forward: the plugin connects to the OneBot "
                   "implementation's WebSocket server (ws_url); reverse: the implementation connects to the plugin "
                   "(reverse_host:reverse_port); http: actions over the HTTP API (http_api_url), events POSTed to "
-                  "reverse_host:reverse_port.", cat, options=["forward", "reverse", "http"]),
+                  "reverse_host:reverse_port.", cat, options=["forward", "reverse", "http"], owner_only=True),
         ConfigDef("ws_url", "ws://127.0.0.1:3001", "string", "WebSocket URL",
-                  "Forward mode: the implementation's WebSocket server (NapCat's default port is 3001).", cat),
+                  "Forward mode: the implementation's WebSocket server (NapCat's default port is 3001).", cat, owner_only=True),
         ConfigDef("access_token", "", "password", "Access token",
                   "The access token configured in the OneBot implementation (sent as a Bearer header; "
-                  "required from reverse clients when set).", cat),
+                  "required from reverse clients when set).", cat, owner_only=True),
         ConfigDef("reverse_host", "127.0.0.1", "string", "Reverse/HTTP: listen address",
                   "Reverse and http modes: where to listen. Anything but loopback needs an access token "
-                  "(reverse) or a secret (http).", cat),
+                  "(reverse) or a secret (http).", cat, owner_only=True),
         ConfigDef("reverse_port", 8781, "int", "Reverse/HTTP: port",
-                  "Reverse and http modes: the port to listen on.", cat, min=1, max=65535),
+                  "Reverse and http modes: the port to listen on.", cat, min=1, max=65535, owner_only=True),
         ConfigDef("http_api_url", "http://127.0.0.1:3000", "string", "HTTP API URL",
-                  "Http mode: the implementation's HTTP API (NapCat's default port is 3000).", cat),
+                  "Http mode: the implementation's HTTP API (NapCat's default port is 3000).", cat, owner_only=True),
         ConfigDef("http_secret", "", "password", "HTTP POST secret",
-                  "Http mode: the secret the implementation signs its event POSTs with (X-Signature).", cat),
+                  "Http mode: the secret the implementation signs its event POSTs with (X-Signature).", cat, owner_only=True),
         ConfigDef("allowed_users", "", "string", "Allowed users",
                   "QQ numbers (comma-separated) whose private messages reach the agent; * for everyone. "
-                  "Empty: private messages are ignored.", cat),
+                  "Empty: private messages are ignored.", cat, owner_only=True),
         ConfigDef("allowed_groups", "", "string", "Allowed groups",
                   "Group numbers (comma-separated) the bot listens in; * for every group. Empty: groups are ignored.",
-                  cat),
+                  cat, owner_only=True),
         ConfigDef("group_keywords", "", "string", "Group keywords",
                   "Besides an @-mention, a group message that contains one of these (comma-separated, e.g. "
-                  "'/ask, 小助手') is answered.", cat),
+                  "'/ask, 小助手') is answered.", cat, owner_only=True),
         ConfigDef("remember_unaddressed", False, "bool", "Remember unaddressed group messages",
                   "Group messages that do not address the bot get no reply; with this on they are still stored "
-                  "in the document memory.", cat),
+                  "in the document memory.", cat, owner_only=True),
         ConfigDef("max_message_chars", 1500, "int", "Longest message",
                   "Replies longer than this are sent as several messages (QQ cuts very long ones).", cat,
                   min=100, max=4500),
