@@ -102,12 +102,16 @@ async def test_group_answers_a_mention_and_stays_silent_otherwise(daemon: Daemon
     await fake.send(fake.group_message(GROUP + 1, ADA, [at(fake.self_id), text(" hi")]))  # not an allowed group
     await fake.send(fake.private_message(BOB, "hello"))  # not an allowed user
     seen: list[tuple[str, str, str, dict[str, Any]]] = []
+    texts: list[str] = []
 
     def watch(ctx: StageContext) -> None:
         seen.append((ctx.user_id, ctx.group_id, ctx.channel, dict(ctx.extra.get("qq") or {})))
+        texts.append(ctx.raw_message)
 
     daemon.stages.register(Stage.ON_INPUT, watch, plugin="test")
-    mention = fake.group_message(GROUP, ADA, [at(fake.self_id), text(" I live in Oslo")], card="Ada (ops)")
+    quoted = fake.group_message(GROUP, BOB, "weather [ok] here?", nickname="Bob")
+    mention = fake.group_message(GROUP, ADA, [{"type": "reply", "data": {"id": str(quoted["message_id"])}},
+                                              at(fake.self_id), text(" I live in Oslo")], card="Ada (ops)")
     await fake.send(mention)
     sent = await fake.wait_action("send_group_msg")
     assert sent["params"]["group_id"] == GROUP
@@ -116,6 +120,8 @@ async def test_group_answers_a_mention_and_stays_silent_otherwise(daemon: Daemon
     assert "Noted: I live in Oslo" in reply_text(sent)
     assert seen[0] == (str(ADA), str(GROUP), "qq", {"chat": "group", "chat_id": str(GROUP), "nickname": "Ada (ops)",
                                                      "message_id": str(mention["message_id"])})
+    assert texts[0] == (f"[QQ 群 {GROUP} · Ada (ops)({ADA})] [回复 #{quoted['message_id']} Bob: weather （ok） here?]"
+                        "  I live in Oslo"), "the quoted message is fetched with get_msg and shown"
 
     await fake.send(fake.group_message(GROUP, BOB, "小助手 my name is Bob", nickname="Bob"))
     keyword = await fake.wait_action("send_group_msg", after=fake.actions.index(sent) + 1)
@@ -123,7 +129,7 @@ async def test_group_answers_a_mention_and_stays_silent_otherwise(daemon: Daemon
     st = await status(daemon)
     assert st["received"] == 5 and st["injected"] == 2
     assert st["remembered"] == 1 and st["not_allowed"] == 2
-    assert [a["action"] for a in fake.actions] == ["send_group_msg", "send_group_msg"], "nothing else was answered"
+    assert [a["action"] for a in fake.actions] == ["get_msg", "send_group_msg", "send_group_msg"], "nothing else"
     assert daemon.docs is not None
     docs = await asyncio.to_thread(lambda: [d.content for d in daemon.docs.iter_docs()])  # type: ignore[union-attr]
     assert any("[QQ 群 777 · Bob(10002)] just chatting, I like tea" in d for d in docs), docs

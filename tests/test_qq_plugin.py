@@ -74,6 +74,7 @@ def test_the_cleaner_keeps_the_words_and_drops_the_qq_decoration() -> None:
     assert clean(text) == "Ada: look at"
     assert clean(f"{header('10001', '')} [CQ:face,id=1]hi &#91;x&#93;") == "10001: hi [x]"
     assert clean("请使用最新版手机QQ体验新功能") == ""
+    assert clean("[回复 #42 Bob: weather （ok） here?] sure") == "sure", "the quoted message is another message's text"
     assert clean("plain   text, nothing to do") == "plain text, nothing to do"
 
 

@@ -42,6 +42,8 @@ BUSY = -32005
 
 ROUTES_KEPT = 2000
 OUTBOX_SIZE = 100
+QUOTE_WAIT = 2.0
+QUOTE_CHARS = 200
 RECONNECT_WAIT = 30.0
 """How long a reply waits for a lost OneBot connection to come back before it is given up."""
 SENT_KEPT = 2000
@@ -177,6 +179,7 @@ class Inbound:
     nickname: str
     message_id: str
     remember_only: bool = False
+    reply_to: str = ""
 
 
 @dataclass
@@ -347,7 +350,8 @@ class QQPlugin:
             self.counters.ignored += 1
             return
         text = f"{header(user_id, nickname, chat.id if chat.kind == 'group' else '')} {parsed.text}"
-        item = Inbound(text, chat, user_id, nickname, str(ev.get("message_id") or ""), remember_only=not addressed)
+        item = Inbound(text, chat, user_id, nickname, str(ev.get("message_id") or ""), remember_only=not addressed,
+                       reply_to=parsed.reply_to)
         try:
             self._queue.put_nowait(item)
         except asyncio.QueueFull:
@@ -365,6 +369,8 @@ class QQPlugin:
             if item.remember_only:
                 await self._remember(sdk, item)
                 continue
+            if item.reply_to:
+                item.text = await self._with_quote(item.text, item.reply_to)
             options = InjectOptions(
                 user_id=item.user_id,
                 group_id=item.chat.id if item.chat.kind == "group" else "",
@@ -391,6 +397,27 @@ class QQPlugin:
                     while len(self._routes) > ROUTES_KEPT:
                         self._routes.popitem(last=False)
                 break
+
+    async def _with_quote(self, text: str, message_id: str) -> str:
+        """``[回复 #ID]`` with who said what in the quoted message, so the model sees what is being answered.
+
+        Best effort: the marker stays as it is if the implementation does not
+        know the message or takes longer than a moment (the input is waiting).
+        """
+        try:
+            data = await self.link.call("get_msg", {"message_id": _num(message_id, "message_id")}, timeout=QUOTE_WAIT)
+        except (ActionError, NotConnected, ValueError):
+            return text
+        if not isinstance(data, dict):
+            return text
+        raw_sender = data.get("sender")
+        sender: dict[str, Any] = raw_sender if isinstance(raw_sender, dict) else {}
+        who = str(sender.get("card") or sender.get("nickname") or sender.get("user_id") or "?")
+        quoted = to_text(segments(data.get("message")), self.self_id).text
+        quoted = " ".join(quoted.replace("]", "）").replace("[", "（").split())
+        if len(quoted) > QUOTE_CHARS:
+            quoted = quoted[:QUOTE_CHARS] + "…"
+        return text.replace(f"[回复 #{message_id}]", f"[回复 #{message_id} {who}: {quoted}]", 1)
 
     async def _remember(self, sdk: PluginSDK, item: Inbound) -> None:
         try:
