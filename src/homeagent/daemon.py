@@ -61,6 +61,7 @@ from homeagent.plugins.proc.plugin import ProcOptions, make_loader
 from homeagent.plugins.proc.supervisor import Supervisor
 from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
+from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 from homeagent.threads import run_detached
@@ -208,6 +209,7 @@ class Daemon:
                 social=self.social,
             ),
             self.paths.resolve(cfg.get_str("core.plugin.dir", ""), self.paths.plugins),
+            shipped=BUNDLED_DIR,
         )
         health = HealthSources(started_at=self.started_at, agent_status=self.agent.status)
         for name, factory in builtin_factories(health=health).items():

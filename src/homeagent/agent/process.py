@@ -520,7 +520,8 @@ class TurnRunner:
         if message.reply is not None or turn.consolidation or not result.text:
             return
         if self.channels is not None and self.channels.get(message.channel) is not None:
-            await self.channels.send(message.channel, result.text, {"reply_to": message.id, "user_id": message.options.user_id})
+            meta = {"reply_to": message.id, "user_id": message.options.user_id, "group_id": message.options.group_id}
+            await self.channels.send(message.channel, result.text, meta)
 
 
 def _assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:

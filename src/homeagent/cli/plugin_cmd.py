@@ -136,14 +136,16 @@ def _builtin_names() -> set[str]:
 
 def _local_list(args: argparse.Namespace) -> list[dict[str, Any]]:
     from homeagent.plugins.registry import scan_plugins_dir
+    from homeagent.plugins.shipped import available_entries
 
     config = _local_config(args)
     try:
-        return scan_plugins_dir(
+        items = scan_plugins_dir(
             _plugins_dir(args, config), disabled=set(config.disabled_plugins()), builtins=_builtin_names()
         )
     finally:
         config.close()
+    return items + available_entries({item["name"] for item in items})
 
 
 # ---------------------------------------------------------------- commands
@@ -190,6 +192,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     for key in ("tools", "stages", "channels", "cleaners", "capabilities", "env", "tags", "warnings"):
         if item.get(key):
             print(f"{key + ':':<14}{', '.join(map(str, item[key]))}")
+    status = (item.get("health") or {}).get("status")
+    if status:
+        print(f"{'status:':<14}{status.get('state', '')}" + (f": {status['detail']}" if status.get("detail") else ""))
+    if item.get("note"):
+        print(f"{'note:':<14}{item['note']}")
     skill = item.get("skill")
     if skill and skill.get("missing"):
         print(f"{'missing:':<14}{'; '.join(skill['missing'])}")
@@ -296,9 +303,13 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 def _toggle(args: argparse.Namespace, enable: bool) -> int:
     def local() -> Any:
+        from homeagent.plugins.shipped import link_shipped
+
         config = _local_config(args)
         try:
             if enable:
+                if args.name not in _builtin_names():
+                    link_shipped(_plugins_dir(args, config), args.name)
                 config.enable_plugin(args.name)
             else:
                 config.disable_plugin(args.name, "cli")
@@ -310,9 +321,11 @@ def _toggle(args: argparse.Namespace, enable: bool) -> int:
             "note": "no daemon is running: this applies at the next `homeagent run`",
         }
 
+    from homeagent.plugins.package import PackageError
+
     try:
         result = _call(args, "plugins.enable" if enable else "plugins.disable", {"name": args.name}, local)
-    except RemoteError as exc:
+    except (RemoteError, PackageError) as exc:
         return _fail(str(exc))
     line = f"{result['name']}: {result.get('state')}"
     if result.get("error"):

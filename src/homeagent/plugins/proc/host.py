@@ -178,6 +178,7 @@ class HostSession:
         options: SessionOptions | None = None,
         on_fatal: Callable[[str], None] | None = None,
         on_auto_restart: Callable[[bool], None] | None = None,
+        on_status: Callable[[str, str], None] | None = None,
         on_call_problem: Callable[[], None] | None = None,
         plugins: Any = None,
         detach: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]] | None = None,
@@ -190,6 +191,7 @@ class HostSession:
         self.sdk: PluginSDK | None = None
         self.plugin_log = plugin_log or logging.getLogger(f"homeagent.plugin.{name}")
         self._on_auto_restart = on_auto_restart
+        self._on_status = on_status
         self._on_call_problem = on_call_problem
         self._plugins = plugins
         self._detach = detach or _own_task
@@ -225,6 +227,7 @@ class HostSession:
             "cleaner.register": self._cleaner_register,
             "cleaner.unregister": lambda p: self._unregister("cleaner", _s(p, "name")),
             "lifecycle.autoRestart": self._auto_restart,
+            "lifecycle.status": self._status,
             "io.injectText": lambda p: self._inject("text", p),
             "io.injectInterrupt": lambda p: self._inject("interrupt", p),
             "io.injectTextNoMem": lambda p: self._inject("no_memory", p),
@@ -600,6 +603,13 @@ class HostSession:
         if self._on_auto_restart is not None:
             self._on_auto_restart(enabled)
         return {"auto_restart": enabled}
+
+    def _status(self, p: dict[str, Any]) -> dict[str, Any]:
+        state = _s(p, "state")[:40]
+        detail = _s(p, "detail", "")[:500]
+        if self._on_status is not None:
+            self._on_status(state, detail)
+        return {"state": state}
 
     # ---------------------------------------------------------------- settings
 

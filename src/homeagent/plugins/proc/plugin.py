@@ -176,6 +176,7 @@ class ProcPlugin(Plugin):
         self._session: HostSession | None = None
         self._sdk: PluginSDK | None = None
         self._auto_restart = True
+        self._status: dict[str, Any] | None = None
         self._kill_reason = ""
         self._hello: dict[str, Any] = {}
         self._started_at = 0.0
@@ -267,6 +268,7 @@ class ProcPlugin(Plugin):
             "restarts": self.restarts,
             "crashes": self.crashes,
             "auto_restart": self._auto_restart,
+            "status": self._status,
             "circuit": "open" if self._state == "failed" else "closed",
             "last_crash": self.last_crash,
             "error": self.error,
@@ -327,6 +329,7 @@ class ProcPlugin(Plugin):
             options=self.options.session(),
             on_fatal=lambda why: self._kill(child, why),
             on_auto_restart=self._set_auto_restart,
+            on_status=self._set_status,
             on_call_problem=lambda: self._check_alive(session),
             plugins=self._plugins,
             detach=self._supervisor.detach,
@@ -422,6 +425,10 @@ class ProcPlugin(Plugin):
             self._kill_reason = reason
             self.log.error("plugin %s: %s; killing pid %d", self.name, reason, child.pid)
             child.kill()
+
+    def _set_status(self, state: str, detail: str) -> None:
+        """What the plugin says about its own work (e.g. its connection to a chat service), for `plugin info`."""
+        self._status = {"state": state, "detail": detail, "at": round(time.time(), 3)}
 
     def _set_auto_restart(self, enabled: bool) -> None:
         self._auto_restart = enabled
