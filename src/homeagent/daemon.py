@@ -44,6 +44,7 @@ from homeagent.llm_control import LLMControl
 from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.context import ContextTurnMemory, RelevanceContext
 from homeagent.memory.distill import RuleDistiller
+from homeagent.memory.doc_api import DocMemoryService
 from homeagent.memory.documents import DocumentStore, render_injection
 from homeagent.memory.embedder import build_embedder
 from homeagent.memory.graph import GraphDB
@@ -202,7 +203,7 @@ class Daemon:
                 data_dir=self.paths.root,
                 textlog=self.textlog,
                 cleaners=self.cleaners,
-                docs=self.docs,
+                docs=DocMemoryService(self.docs),
                 context=self.context,
                 graph=self.graph,
                 knowledge=self.knowledge,

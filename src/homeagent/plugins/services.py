@@ -69,7 +69,7 @@ class PluginServices:
     llm: Any  # LLMControl (or any object with list_sources/set_source/current_source); None when absent
     data_dir: Path
     cleaners: Any | None = None  # memory.clean.CleanerChain: register(name, fn, plugin=...) -> undo
-    docs: Any | None = None  # L2 document store
+    docs: DocMemoryAPI | None = None  # L2 document store, as plugins see it (memory.doc_api)
     context: Any | None = None  # L1 context
     graph: Any | None = None  # L3 knowledge graph
     knowledge: Any | None = None  # knowledge base
@@ -129,21 +129,6 @@ class _GraphMemory(_Forward, MemoryAPI):
 
     async def purge(self, criteria: Mapping[str, str], mode: str = "soft") -> Any:
         return await self._call(("purge",), dict(criteria), mode)
-
-
-class _DocMemory(_Forward, DocMemoryAPI):
-    async def query(self, text: str, top_k: int = 3) -> list[Any]:
-        return list(await self._call(("query", "search"), text, top_k) or [])
-
-    async def insert(self, doc: Any) -> Any:
-        return await self._call(("insert", "commit", "add"), doc)
-
-    async def remove(self, doc_id: str) -> Any:
-        return await self._call(("remove", "delete"), doc_id)
-
-    async def stats(self) -> dict[str, Any]:
-        result = await self._call(("stats",))
-        return dict(result) if isinstance(result, Mapping) else {"result": result}
 
 
 class _Knowledge(_Forward, KnowledgeAPI):
@@ -387,7 +372,7 @@ class HostSDK(PluginSDK):
     def doc_memory(self) -> DocMemoryAPI:
         if self._s.docs is None:
             raise ServiceUnavailable("document memory (L2)")
-        return _DocMemory("document store", self._s.docs)
+        return self._s.docs
 
     @property
     def knowledge(self) -> KnowledgeAPI:
