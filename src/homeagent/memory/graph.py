@@ -1390,6 +1390,21 @@ class GraphDB:
 
         return await self._read(run)
 
+    async def entities_of_type(self, entity_type: str, *, limit: int = 10_000) -> list[Entity]:
+        """Entities of one type (``Person``), most mentioned first."""
+
+        def run(conn: sqlite3.Connection) -> list[Entity]:
+            return [
+                Entity(int(r[0]), r[1], r[2], int(r[3]), r[4], r[5])
+                for r in conn.execute(
+                    "SELECT id, name, type, mention_count, created_at, updated_at FROM entities "
+                    "WHERE type = ? ORDER BY mention_count DESC, name LIMIT ?",
+                    (entity_type, limit),
+                )
+            ]
+
+        return await self._read(run)
+
     async def current_relations(self, *, limit: int = 500, offset_id: int = 0) -> list[Relation]:
         """Current relations in id order, a page at a time (the review loop walks them)."""
         ids = await self._read(

@@ -35,6 +35,7 @@ from homeagent.sdk.api import (
     PluginSDK,
     ServiceUnavailable,
     SettingsAPI,
+    SocialAPI,
     TextMemoryAPI,
     Unregister,
     coerce_tool_def,
@@ -73,7 +74,7 @@ class PluginServices:
     context: Any | None = None  # L1 context
     graph: Any | None = None  # L3 knowledge graph
     knowledge: Any | None = None  # knowledge base
-    social: Any | None = None  # persons/traits
+    social: SocialAPI | None = None  # persons, traits, relations (memory.social.Social)
     textlog: Any | None = None  # memory.textlog.TextLog
     version: str = __version__
     extra: dict[str, Any] = field(default_factory=dict)
@@ -373,6 +374,12 @@ class HostSDK(PluginSDK):
         if self._s.docs is None:
             raise ServiceUnavailable("document memory (L2)")
         return self._s.docs
+
+    @property
+    def social(self) -> SocialAPI:
+        if self._s.social is None:
+            raise ServiceUnavailable("social graph")
+        return self._s.social
 
     @property
     def knowledge(self) -> KnowledgeAPI:

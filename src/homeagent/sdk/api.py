@@ -190,6 +190,39 @@ class DocMemoryAPI(Protocol):
 
 
 @runtime_checkable
+class SocialReadAPI(Protocol):
+    """The people in memory, read-only: what every plugin may ask (external ones through ``social.*``)."""
+
+    async def get_person(self, name: str) -> dict[str, Any]:
+        """The person's traits, relations to other people, other facts and aliases."""
+        ...
+
+    async def get_network(self, name: str, depth: int = 1) -> dict[str, Any]:
+        """People reachable from ``name`` through person-to-person relations."""
+        ...
+
+    async def get_trait(self, person: str, trait: str) -> dict[str, Any]:
+        """``{"person", "trait", "value"}``; ``value`` is None when the trait is not known."""
+        ...
+
+    async def get_relations(self, person: str) -> builtins.list[dict[str, Any]]:
+        """The person's relations to other people (``relation``, ``person``, ``direction``)."""
+        ...
+
+    async def list_persons(self) -> builtins.list[dict[str, Any]]:
+        """Every person in memory (``name``, ``mention_count``), most mentioned first."""
+        ...
+
+
+@runtime_checkable
+class SocialAPI(SocialReadAPI, Protocol):
+    """The people in memory with the writes the agent's ``person_*`` tools make (in-process plugins)."""
+
+    async def set_trait(self, name: str, trait: str, value: str) -> dict[str, Any]: ...
+    async def relate(self, person_a: str, relation: str, person_b: str) -> dict[str, Any]: ...
+
+
+@runtime_checkable
 class KnowledgeAPI(Protocol):
     """The curated knowledge base (``knowledge/<name>/content.md``)."""
 
@@ -350,3 +383,9 @@ class PluginSDK(abc.ABC):
     @abc.abstractmethod
     def llm(self) -> LLMAPI:
         """LLM source management. Raises ServiceUnavailable when there is none."""
+
+    @property
+    def social(self) -> SocialReadAPI:
+        """The people in memory. In-process plugins get the full ``SocialAPI`` (writes too); external
+        plugins a read-only view. Raises ServiceUnavailable when there is none."""
+        raise ServiceUnavailable("social graph")

@@ -39,7 +39,7 @@ from homeagent.plugins.proc.connection import CallTimeout, Connection, Connectio
 from homeagent.plugins.proc.protocol import MAX_FRAME, ErrorCode, Request, RPCError, to_json
 from homeagent.plugins.proc.stagewire import SNAPSHOT_FIELDS, StageChangeError, apply_changes, snapshot
 from homeagent.ratelimit import TokenBucket
-from homeagent.sdk.api import PluginSDK, ServiceUnavailable, Unregister
+from homeagent.sdk.api import PluginSDK, ServiceUnavailable, SocialReadAPI, Unregister
 from homeagent.sdk.types import ConfigDef, InjectOptions, OutputCap, StageContext, ToolDef
 
 if TYPE_CHECKING:
@@ -267,11 +267,11 @@ class HostSession:
             "llm.listSources": lambda p: self._sdk.llm.list_sources(),
             "llm.setSource": lambda p: self._sdk.llm.set_source(_s(p, "name")),
             "llm.currentSource": lambda p: self._sdk.llm.current_source(),
-            "social.getPerson": lambda p: self._social(("get_person", "person"), _s(p, "name")),
-            "social.getNetwork": lambda p: self._social(("get_network", "network"), _s(p, "name", ""), _i(p, "depth", 1)),
-            "social.getTrait": lambda p: self._social(("get_trait", "trait"), _s(p, "person"), _s(p, "trait")),
-            "social.getRelations": lambda p: self._social(("get_relations", "relations"), _s(p, "person")),
-            "social.listPersons": lambda p: self._social(("list_persons", "persons")),
+            "social.getPerson": lambda p: self._social().get_person(_s(p, "name")),
+            "social.getNetwork": lambda p: self._social().get_network(_s(p, "name", ""), _i(p, "depth", 1)),
+            "social.getTrait": lambda p: self._social().get_trait(_s(p, "person"), _s(p, "trait")),
+            "social.getRelations": lambda p: self._social().get_relations(_s(p, "person")),
+            "social.listPersons": lambda p: self._social().list_persons(),
             "events.subscribe": self._subscribe,
             "events.unsubscribe": lambda p: self._unregister("subscription", _s(p, "subscription")),
             "plugin.reloadOne": self._reload_one,
@@ -651,17 +651,9 @@ class HostSession:
 
     # ---------------------------------------------------------------- social, events, plugins
 
-    async def _social(self, names: tuple[str, ...], *args: Any) -> Any:
-        services = getattr(self._sdk, "services", None)
-        social = getattr(services, "social", None)
-        if social is None:
-            raise ServiceUnavailable("social graph")
-        for attr in names:
-            fn = getattr(social, attr, None)
-            if callable(fn):
-                result = fn(*args)
-                return await result if inspect.isawaitable(result) else result
-        raise ServiceUnavailable(f"social.{names[0]}", f"the social graph of this build has no {names[0]}()")
+    def _social(self) -> SocialReadAPI:
+        """The social graph as external plugins see it: its read methods only (the RPC table has no writes)."""
+        return self._sdk.social
 
     def _subscribe(self, p: dict[str, Any]) -> dict[str, Any]:
         raw = p.get("types")
