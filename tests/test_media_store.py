@@ -271,17 +271,37 @@ def test_reconcile_repairs_crash_leftovers(store: MediaStore) -> None:
     kept = store.put_bytes(PNG).info.digest
     dropped = store.put_bytes(JPEG).info.digest
     store.add_refs("document", "d", [kept])
-    orphan = hashlib.sha256(b"orphan").hexdigest()
+    orphan = hashlib.sha256(b"orphan").hexdigest()  # a put killed between its rename and its commit
     (store.files.blobs / orphan[:2]).mkdir(exist_ok=True)
     store.files.path(orphan).write_bytes(b"orphan")
+    liar = "ab" * 32
+    (store.files.blobs / "ab").mkdir(exist_ok=True)
+    store.files.path(liar).write_bytes(b"not what the name says")
     store.files.path(dropped).unlink()  # a sweep that died after removing the file
     stale = store.files.tmp / "dead.tmp"
     stale.write_bytes(b"half")
     os.utime(stale, (time.time() - 7200, time.time() - 7200))
     report = store.gc()
-    assert (report.orphans_removed, report.missing, report.temporaries_removed) == (1, 1, 1)
+    assert (report.adopted, report.quarantined, report.missing, report.temporaries_removed) == (1, 1, 1, 1)
     assert store.info(dropped).state == "evicted" and store.get(kept) == PNG
-    assert not store.files.path(orphan).exists()
+    assert store.get(orphan) == b"orphan" and store.info(orphan).source == "recovered"
+    assert not store.files.path(liar).exists() and not stale.exists()
+    assert any(p.name.startswith(liar) for p in files_in(store.files.quarantine_dir))
+
+
+def test_a_lost_database_loses_no_bytes(tmp_path: Path) -> None:
+    root = tmp_path / "media"
+    store = MediaStore(root)
+    digest = store.put_bytes(PNG).info.digest
+    store.close()
+    for name in ("media.db", "media.db-wal", "media.db-shm"):
+        (root / name).unlink(missing_ok=True)  # what set_aside does to a corrupt media.db
+    store = MediaStore(root)
+    try:
+        assert store.gc().adopted == 1
+        assert store.get(digest) == PNG and store.info(digest).mime == "image/png"
+    finally:
+        store.close()
 
 
 def test_disk_full_leaves_nothing_behind(tmp_path: Path) -> None:

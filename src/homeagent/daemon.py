@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import logging
 import logging.handlers
 import os
@@ -51,6 +52,7 @@ from homeagent.memory.graph_tools import graph_tools
 from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.loops import MemoryLoops
+from homeagent.memory.media import MediaAPI, MediaError, MediaGCLoop, MediaStore
 from homeagent.memory.social import Social
 from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog
@@ -308,14 +310,15 @@ class Daemon:
             graph_path, "memory graph", lambda: GraphDB.open(graph_path),
             kept="documents, the conversation window and the text log are",
         )
+        await self._start_media()
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
         self.distiller = RuleDistiller(self.graph)
         self.knowledge = KnowledgeBase(Path(cfg.get_str("core.knowledge.path", str(self.paths.knowledge))), self.embedder)
         for definition, handler in (
-            *doc_tools(self.context, self.docs),
-            *graph_tools(self.graph, self.indexer, self.social),
+            *doc_tools(self.context, self.docs, media=self.media),
+            *graph_tools(self.graph, self.indexer, self.social, media=self.media),
             *knowledge_tools(self.knowledge),
         ):
             definition.plugin = definition.plugin or "memory"
@@ -367,6 +370,32 @@ class Daemon:
         # Loading models and dictionaries takes seconds: do it in the background so the socket is up at once.
         self._warmup = asyncio.get_running_loop().create_task(self._warm_memory(analyzer), name="memory-warmup")
 
+    async def _start_media(self) -> None:
+        """The media store when ``core.memory.media.enabled`` (read once, at start); else None and media is text."""
+        cfg = self.config
+        self.media: MediaStore | None = None
+        self.media_gc: MediaGCLoop | None = None
+        if not cfg.get_bool("core.memory.media.enabled", True):
+            log.info("media store off (core.memory.media.enabled); media stays text")
+            return
+        root = self.paths.memory / "media"
+
+        async def open_media() -> MediaStore:
+            return await asyncio.to_thread(
+                MediaStore,
+                root,
+                max_bytes=lambda: cfg.get_int("core.memory.media.max_bytes", 20 * 1024 * 1024),
+                cap=lambda: cfg.get_int("core.memory.media.cap", 1024 * 1024 * 1024),
+                min_age=lambda: cfg.get_duration("core.memory.media.gc_min_age", "24h"),
+            )
+
+        self.media = await self._open_store(
+            root / "media.db", "media store", open_media,
+            kept="the media files (adopted again by the next GC pass) and every other memory are",
+        )
+        self.media_gc = MediaGCLoop(self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"))
+        self.media_gc.start()
+
     async def _open_store(self, path: Path, label: str, opener: Callable[[], Awaitable[_S]], *, kept: str) -> _S:
         """Open a SQLite store; a corrupt file is set aside (never deleted) and a fresh one opened.
 
@@ -411,6 +440,12 @@ class Daemon:
             await self.context.close()
         if hasattr(self, "indexer"):
             await self.indexer.close()
+        media_gc: MediaGCLoop | None = getattr(self, "media_gc", None)
+        if media_gc is not None:
+            await media_gc.stop()
+        media: MediaStore | None = getattr(self, "media", None)
+        if media is not None:
+            await media.aclose()
         if hasattr(self, "graph"):
             await self.graph.close()
         if hasattr(self, "docs"):
@@ -524,6 +559,20 @@ class Daemon:
         }
         for name, fn in methods.items():
             self.socket.add_method(name, fn)
+        for name in ("media.list", "media.show", "media.gc", "media.add"):
+            self.socket.add_method(name, functools.partial(self._rpc_media, name))
+
+    async def _rpc_media(self, method: str, params: dict[str, Any]) -> Any:
+        media = getattr(self, "media", None)
+        if media is None:
+            raise RPCError(
+                "the media store is off (core.memory.media.enabled is false, or memory is still starting); "
+                "turn it on with `homeagent config set core.memory.media.enabled true` and restart"
+            )
+        try:
+            return await MediaAPI(media).methods()[method](params)
+        except (MediaError, ValueError) as exc:
+            raise RPCError(str(exc)) from exc
 
     async def _rpc_memory_search(self, params: dict[str, Any]) -> Any:
         query = str(params.get("query", ""))

@@ -1,5 +1,7 @@
 """``homeagent memory import|search|stats|export``: memory files, read and written directly.
 
+(``memory graph`` and ``memory run-loop`` are in ``graph_cmd.py``, ``memory media`` in ``media_cmd.py``.)
+
 These commands open ``<data>/memory/documents.db`` and ``context.json``
 themselves instead of asking the daemon, so they work whether it runs or
 not: SQLite in WAL mode lets the daemon keep writing while they read, their
@@ -55,6 +57,10 @@ def register(subparsers: Any) -> None:
     from homeagent.cli.graph_cmd import register_memory_graph
 
     register_memory_graph(actions)
+
+    from homeagent.cli.media_cmd import register_memory_media
+
+    register_memory_media(actions)
 
     def no_action(args: argparse.Namespace) -> int:
         mem.print_help(sys.stderr)

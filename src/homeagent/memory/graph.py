@@ -321,6 +321,11 @@ class CommitReport:
         }
 
 
+def sentence_hash(text: str) -> str:
+    """The key of a stored sentence (``sentences.hash``); media references to a sentence use it as owner id."""
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
+
+
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
@@ -631,7 +636,7 @@ class GraphDB:
     def _sentence_id(self, conn: sqlite3.Connection, text: str | None, media: Sequence[str], now: float) -> int | None:
         if not text:
             return None
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        digest = sentence_hash(text)
         row = conn.execute("SELECT id, media FROM sentences WHERE hash = ?", (digest,)).fetchone()
         if row:
             if media:

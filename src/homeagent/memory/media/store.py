@@ -175,7 +175,8 @@ class GCReport:
     swept_bytes: int = 0
     cap_evicted: int = 0
     cap_evicted_bytes: int = 0
-    orphans_removed: int = 0
+    adopted: int = 0
+    quarantined: int = 0
     missing: int = 0
     temporaries_removed: int = 0
     present: int = 0
@@ -621,15 +622,20 @@ class MediaStore:
             )
         return count, size
 
-    def reconcile(self) -> tuple[int, int, int]:
+    def reconcile(self) -> tuple[int, int, int, int]:
         """Repair what a crash can leave: files without a row, rows without a file, dead temporaries.
 
-        Returns ``(orphans removed, entries found missing, temporaries removed)``.
-        A row whose file is gone becomes ``evicted`` when nothing references it
-        (a sweep died between removing the file and recording it) and ``missing``
-        when something does (which is logged: bytes were lost outside the store).
+        Returns ``(orphans adopted, orphans quarantined, entries found missing,
+        temporaries removed)``. A file under ``blobs/`` without a row (a put
+        killed between its rename and its commit, or a ``media.db`` that was
+        set aside as corrupt) is adopted when its bytes hash to its name, with
+        source ``recovered``, and quarantined when they do not: bytes are never
+        deleted on a guess. A row whose file is gone becomes ``evicted`` when
+        nothing references it (a sweep died between removing the file and
+        recording it) and ``missing`` when something does (logged: bytes were
+        lost outside the store).
         """
-        orphans = missing = 0
+        adopted = damaged = missing = 0
         now = self._clock()
         with self._tx() as conn:
             present = dict(
@@ -640,10 +646,25 @@ class MediaStore:
             )
             files = self.files.names()
             for name, path in files.items():
-                if name not in present and len(name) == 64 and _HEX.fullmatch(name):
-                    with contextlib.suppress(FileNotFoundError):
-                        path.unlink()
-                        orphans += 1
+                if name in present or not (len(name) == 64 and _HEX.fullmatch(name)):
+                    continue
+                try:
+                    data = self.files.read_verified(name)
+                except FileNotFoundError:
+                    continue
+                except ValueError as exc:
+                    dest = self.files.quarantine(name)
+                    log.error("media: stray file %s does not match its name (%s); moved to %s", path, exc, dest)
+                    damaged += 1
+                    continue
+                mtime = path.stat().st_mtime
+                conn.execute(
+                    "INSERT INTO blobs(digest, mime, size, created, last_access, source, state) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, 'recovered', 'present') ON CONFLICT(digest) DO UPDATE SET "
+                    "state = 'present', state_at = NULL, size = ?3, last_access = ?5, marked_at = NULL",
+                    (name, sniff_mime(data[:4096]), len(data), mtime, now),
+                )
+                adopted += 1
             for digest, referenced in present.items():
                 if digest in files:
                     continue
@@ -659,7 +680,9 @@ class MediaStore:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 temporaries += 1
-        return orphans, missing, temporaries
+        if adopted:
+            log.warning("media: adopted %d files that had no metadata (source 'recovered')", adopted)
+        return adopted, damaged, missing, temporaries
 
     def gc(self, min_age: float | None = None) -> GCReport:
         """Mark, sweep (after ``min_age``), repair, and keep to the cap; a report of each step's count."""
@@ -667,12 +690,16 @@ class MediaStore:
         report = GCReport()
         report.marked, report.unmarked = self.mark()
         report.swept, report.swept_bytes = self.sweep(min_age)
-        report.orphans_removed, report.missing, report.temporaries_removed = self.reconcile()
+        report.adopted, report.quarantined, report.missing, report.temporaries_removed = self.reconcile()
         report.cap_evicted, report.cap_evicted_bytes = self.enforce_cap()
         (report.present_bytes, report.present), = self._read("SELECT present_bytes, present_count FROM totals")
         report.seconds = round(time.perf_counter() - started, 3)
         if report.missing:
             report.notes.append(f"{report.missing} entries had lost their file (see the log)")
+        if report.adopted or report.quarantined:
+            report.notes.append(
+                f"{report.adopted} files without metadata adopted, {report.quarantined} damaged ones quarantined"
+            )
         return report
 
     # -- async wrappers for the event loop ------------------------------------------

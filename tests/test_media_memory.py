@@ -1,0 +1,106 @@
+"""Media in the running daemon: the CLI over the real socket, the memory tools' markers and references, GC, off switch."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+from homeagent.daemon import Daemon
+from homeagent.paths import DataPaths
+from homeagent.sdk.types import ToolCall
+from tests.conftest import run_cli
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(100))
+_ids = itertools.count()
+
+
+async def tool(daemon: Daemon, name: str, **args: Any) -> Any:
+    result = await daemon.tools.execute(ToolCall(id=f"c{next(_ids)}", name=name, arguments=args))
+    return result.result
+
+
+async def test_media_through_cli_tools_and_gc(daemon: Daemon, data_dir: Path, tmp_path: Path) -> None:
+    image = tmp_path / "flag.gif"  # the name lies: the bytes are a PNG
+    image.write_bytes(PNG)
+    added = await run_cli(data_dir, "memory", "media", "add", str(image), "--description", "purple-blue-red striped flag")
+    assert added.code == 0, added.err
+    short = added.out.split("[image/png ", 1)[1][:12]
+    assert "stored: [image/png " in added.out and "] purple-blue-red striped flag" in added.out
+    listed = await run_cli(data_dir, "memory", "media", "list")
+    assert listed.code == 0 and short in listed.out and "refs 0" in listed.out
+
+    doc = await tool(daemon, "doc_commit", content="The flag from the parade", media_digests=[short])
+    assert doc["ok"] and doc["media"] == [f"[image/png {short}] purple-blue-red striped flag"]
+    fact = await tool(
+        daemon, "memory_commit",
+        triples=[{"subject": "Alice", "relation": "likes", "object": "striped flags",
+                  "sentence_text": "Alice loved the parade flag", "media_digests": [short]}],
+    )  # fmt: skip
+    assert fact["ok"] and fact["added"] == 1
+    recalled = await daemon.graph.recall(["Alice"], 1)
+    assert recalled.relations[0].sentence == (
+        f"Alice loved the parade flag\n[image/png {short}] purple-blue-red striped flag"
+    )
+    shown = await run_cli(data_dir, "memory", "media", "show", short)
+    assert shown.code == 0, shown.err
+    assert f"document {doc['id']}" in shown.out and "graph_sentence " in shown.out and "references:  2" in shown.out
+
+    # an unknown digest is a clear tool error and nothing is written
+    docs_before = await daemon.docs.acount()
+    bad = await tool(daemon, "doc_commit", content="another", media_digests=["0123456789ab"])
+    assert bad["isError"] and "no stored media has the digest 0123456789ab" in bad["content"]
+    bad = await tool(
+        daemon, "memory_commit",
+        triples=[{"subject": "Bob", "relation": "likes", "object": "tea", "media_digests": ["feedfacecafe"]}],
+    )  # fmt: skip
+    assert bad["isError"] and "feedfacecafe" in bad["content"]
+    assert await daemon.docs.acount() == docs_before and not (await daemon.graph.recall(["Bob"], 1)).relations
+    shown = await run_cli(data_dir, "memory", "media", "show", "not-a-digest")
+    assert shown.code == 1 and "is not a media digest" in shown.err
+
+    # referenced: GC keeps it however old the mark; unreferenced: the bytes go, the description stays
+    gc = await run_cli(data_dir, "memory", "media", "gc", "--min-age", "0s")
+    assert gc.code == 0 and "swept:               0" in gc.out
+    assert daemon.media is not None and await daemon.media.aget(short) == PNG
+    await daemon.media.aremove_refs("document", doc["id"])
+    assert (await daemon.media.arefs_of(short))[0]["owner_kind"] == "graph_sentence"
+    await daemon.media.aremove_refs("graph_sentence", (await daemon.media.arefs_of(short))[0]["owner_id"])
+    gc = await run_cli(data_dir, "memory", "media", "gc", "--min-age", "0s", "--json")
+    assert gc.code == 0 and '"swept": 1' in gc.out
+    shown = await run_cli(data_dir, "memory", "media", "show", short)
+    assert "state:       evicted" in shown.out and "purple-blue-red striped flag" in shown.out
+    found = await daemon.docs.aquery("purple blue red striped flag", 3, touch=False)
+    assert found and f"[image/png {short}] purple-blue-red striped flag" in found[0].content
+
+
+async def test_media_off_is_plain_text_and_a_corrupt_db_loses_no_bytes(data_dir: Path, tmp_path: Path) -> None:
+    assert (await run_cli(data_dir, "config", "set", "core.memory.media.enabled", "false")).code == 0
+    d = Daemon(DataPaths(data_dir), web=False)
+    await d.start()
+    try:
+        assert d.media is None
+        doc = await tool(d, "doc_commit", content="a note with a picture", media_digests=["0123456789ab"])
+        assert doc["ok"] and "media" not in doc
+        assert "[" not in (await d.docs.aquery("note with a picture", 1, touch=False))[0].content
+        listed = await run_cli(data_dir, "memory", "media", "list")
+        assert listed.code == 1 and "the media store is off" in listed.err
+    finally:
+        await d.stop()
+
+    image = tmp_path / "p.png"
+    image.write_bytes(PNG)
+    assert (await run_cli(data_dir, "config", "set", "core.memory.media.enabled", "true")).code == 0
+    added = await run_cli(data_dir, "memory", "media", "add", str(image))  # no daemon: the CLI opens the store
+    assert added.code == 0, added.err
+    (data_dir / "memory" / "media" / "media.db").write_bytes(b"this is not a database" * 100)
+    d = Daemon(DataPaths(data_dir), web=False)
+    await d.start()
+    try:
+        assert any("media store" in n and "set aside" in n for n in d.notes)
+        gc = await run_cli(data_dir, "memory", "media", "gc", "--json")
+        assert gc.code == 0 and '"adopted": 1' in gc.out
+        assert d.media is not None and (await d.media.alist())[0].source == "recovered"
+        assert await d.media.aget((await d.media.alist())[0].digest) == PNG
+    finally:
+        await d.stop()
