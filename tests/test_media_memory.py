@@ -56,6 +56,13 @@ async def test_media_through_cli_tools_and_gc(daemon: Daemon, data_dir: Path, tm
     )  # fmt: skip
     assert bad["isError"] and "feedfacecafe" in bad["content"]
     assert await daemon.docs.acount() == docs_before and not (await daemon.graph.recall(["Bob"], 1)).relations
+    too_long = await tool(
+        daemon, "memory_commit",
+        triples=[{"subject": "Bob", "relation": "likes", "object": "tea", "sentence_text": "x" * 8000,
+                  "media_digests": [short]}],
+    )  # fmt: skip
+    assert too_long["isError"] and "limit is 8000" in too_long["content"]
+    assert daemon.media is not None and len(await daemon.media.arefs_of(short)) == 2  # its new reference undone
     shown = await run_cli(data_dir, "memory", "media", "show", "not-a-digest")
     assert shown.code == 1 and "is not a media digest" in shown.err
 

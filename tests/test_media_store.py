@@ -374,3 +374,14 @@ def test_kill_9_during_writes_leaves_no_partial_blob(tmp_path: Path) -> None:
         assert report.missing == 0
     finally:
         store.close()
+
+
+def test_storing_again_restarts_the_gc_grace(store: MediaStore, clock: Clock) -> None:
+    digest = store.put_bytes(PNG).info.digest
+    assert store.gc().marked == 1
+    clock.now += 3000
+    store.put_bytes(PNG, description="wanted again")  # e.g. the same photo uploaded again, about to be referenced
+    clock.now += 1000  # past min_age since the first mark
+    assert store.gc().swept == 0 and store.get(digest) == PNG
+    clock.now += 3601
+    assert store.gc().swept == 1

@@ -54,10 +54,11 @@ class BlobWriter:
         self.size = 0
         self.head = b""
         self._hash = hashlib.sha256()
+        self._finished = False
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
 
     def write(self, chunk: bytes) -> None:
-        if self._fd is None:
+        if self._fd is None or self._finished:
             raise MediaError("this blob write was already finished or aborted")
         self.size += len(chunk)
         if self.size > self.max_bytes:
@@ -76,12 +77,24 @@ class BlobWriter:
             raise _write_error(exc) from exc
 
     def finish(self) -> str:
-        """fsync and close the temporary file; return the digest. An empty blob is refused (and removed)."""
-        if self._fd is None:
+        """End the input and return the digest. An empty blob is refused (and removed).
+
+        The file is not fsynced yet: :meth:`BlobDir.place` does that when the
+        bytes turn out to be new, so storing bytes that are already there
+        costs no disk flush.
+        """
+        if self._fd is None or self._finished:
             raise MediaError("this blob write was already finished or aborted")
         if self.size == 0:
             self.abort()
             raise MediaError("the media is empty (0 bytes); nothing was stored")
+        self._finished = True
+        return self._hash.hexdigest()
+
+    def sync_and_close(self) -> None:
+        """Make the finished temporary file durable before it is renamed into place."""
+        if self._fd is None or not self._finished:
+            raise MediaError("the blob write is not finished")
         try:
             os.fsync(self._fd)
         except OSError as exc:
@@ -89,7 +102,6 @@ class BlobWriter:
             raise _write_error(exc) from exc
         os.close(self._fd)
         self._fd = None
-        return self._hash.hexdigest()
 
     def abort(self) -> None:
         """Close and remove the temporary file (idempotent)."""
@@ -128,10 +140,11 @@ class BlobDir:
         """Rename the finished temporary file to its digest's name, durably; the caller holds the store's write lock."""
         final = self.path(digest)
         parent = final.parent
-        if not parent.is_dir():
-            parent.mkdir(exist_ok=True)
-            fsync_dir(self.blobs)
+        writer.sync_and_close()
         try:
+            if not parent.is_dir():
+                parent.mkdir(exist_ok=True)
+                fsync_dir(self.blobs)
             os.replace(writer.path, final)
             fsync_dir(parent)
         except OSError as exc:

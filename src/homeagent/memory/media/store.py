@@ -18,7 +18,8 @@ What it promises, and how:
   mark pass stamps blobs that nothing references, a sweep evicts those whose
   stamp is older than ``min_age`` and checks, in the same transaction that
   evicts them, that they still have no reference; adding a reference clears
-  the stamp. The size cap evicts unreferenced blobs, least recently used
+  the stamp, and so does storing the same bytes again (a fresh use
+  restarts the grace). The size cap evicts unreferenced blobs, least recently used
   first, and leaves alone one used in the last :data:`CAP_GRACE` seconds
   (the caller that just stored it is about to reference it).
 - **The description outlives the bytes.** Eviction removes the file and
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -335,7 +337,7 @@ class MediaStore:
                     "state = 'present', state_at = NULL, mime = ?2, size = ?3, last_access = ?4, "
                     "source = CASE WHEN blobs.source = '' THEN ?5 ELSE blobs.source END, "
                     "description = CASE WHEN ?6 != '' THEN ?6 ELSE blobs.description END, "
-                    "marked_at = CASE WHEN blobs.state = 'present' THEN blobs.marked_at END",
+                    "marked_at = NULL",
                     (digest, mime, writer.size, now, source, description),
                 )
         except BaseException:
@@ -351,6 +353,10 @@ class MediaStore:
             raise MediaTooLarge(
                 f"media of {len(data)} bytes is larger than the limit of {self.max_bytes} (core.memory.media.max_bytes)"
             )
+        digest = hashlib.sha256(data).hexdigest()
+        touched = self._touch_if_present(digest, description)
+        if touched is not None:
+            return PutResult(touched, False)
         writer = self.begin()
         try:
             writer.write(data)
@@ -358,6 +364,20 @@ class MediaStore:
             writer.abort()
             raise
         return self.commit(writer, claimed_mime=claimed_mime, source=source, description=description)
+
+    def _touch_if_present(self, digest: str, description: str) -> MediaInfo | None:
+        """Bytes stored already (row and file): record the use (and a new description) without writing them."""
+        rows = self._read("SELECT state FROM blobs WHERE digest = ?", (digest,))
+        if not rows or rows[0][0] != "present" or not self.files.path(digest).is_file():
+            return None
+        description = " ".join(description.split())
+        with self._tx() as conn:
+            cur = conn.execute(
+                "UPDATE blobs SET last_access = ?, marked_at = NULL, "
+                "description = CASE WHEN ? != '' THEN ? ELSE description END WHERE digest = ? AND state = 'present'",
+                (self._clock(), description, description, digest),
+            )
+        return self.info(digest) if cur.rowcount == 1 else None
 
     def put_file(
         self, path: Path | str, *, claimed_mime: str = "", source: str = "", description: str = ""
