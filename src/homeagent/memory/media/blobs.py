@@ -48,8 +48,9 @@ class BlobWriter:
     refused after ``max_bytes`` + one chunk were read, never after all of it.
     """
 
-    def __init__(self, tmp_dir: Path, max_bytes: int) -> None:
+    def __init__(self, tmp_dir: Path, max_bytes: int, *, digest: str | None = None) -> None:
         self.max_bytes = max_bytes
+        self._known = digest  # the caller hashed these very bytes already (``put_bytes``): not hashed twice
         self.path = tmp_dir / f"{uuid.uuid4().hex}.tmp"
         self.size = 0
         self.head = b""
@@ -66,7 +67,8 @@ class BlobWriter:
             raise MediaTooLarge(f"media is larger than the limit of {self.max_bytes} bytes (core.memory.media.max_bytes)")
         if len(self.head) < HEAD_BYTES:
             self.head += chunk[: HEAD_BYTES - len(self.head)]
-        self._hash.update(chunk)
+        if self._known is None:
+            self._hash.update(chunk)
         view = memoryview(chunk)
         try:
             while view:
@@ -89,7 +91,7 @@ class BlobWriter:
             self.abort()
             raise MediaError("the media is empty (0 bytes); nothing was stored")
         self._finished = True
-        return self._hash.hexdigest()
+        return self._known or self._hash.hexdigest()
 
     def sync_and_close(self) -> None:
         """Make the finished temporary file durable before it is renamed into place."""
@@ -133,8 +135,8 @@ class BlobDir:
     def path(self, digest: str) -> Path:
         return self.blobs / digest[:2] / digest
 
-    def writer(self, max_bytes: int) -> BlobWriter:
-        return BlobWriter(self.tmp, max_bytes)
+    def writer(self, max_bytes: int, *, digest: str | None = None) -> BlobWriter:
+        return BlobWriter(self.tmp, max_bytes, digest=digest)
 
     def place(self, writer: BlobWriter, digest: str) -> None:
         """Rename the finished temporary file to its digest's name, durably; the caller holds the store's write lock."""

@@ -357,7 +357,7 @@ class MediaStore:
         touched = self._touch_if_present(digest, description)
         if touched is not None:
             return PutResult(touched, False)
-        writer = self.begin()
+        writer = self.files.writer(self.max_bytes, digest=digest)
         try:
             writer.write(data)
         except BaseException:
