@@ -2,7 +2,8 @@
 
     .venv/bin/python -m bench.bench_media [--gc-blobs 100000] [--dir /path/on/the/disk/to/measure]
 
-Put/get rows (same run, same disk; latency as the caller of the synchronous
+Put/get rows (same run, same disk, the steps taken in turn for each sample so
+disk noise hits every row alike; latency as the caller of the synchronous
 method sees it, p50 / p95; MB/s from the p50):
 
 * ``baseline: sha256 + write`` -- hash the bytes, write them to a new file (no fsync).
@@ -46,15 +47,6 @@ def pct(values: list[float], q: float) -> float:
 
 def fmt(seconds: float) -> str:
     return f"{seconds * 1e6:7.0f} µs" if seconds < 1e-3 else f"{seconds * 1e3:7.2f} ms"
-
-
-def timed(n: int, step: Callable[[int], object]) -> list[float]:
-    out = []
-    for i in range(n):
-        t0 = time.perf_counter()
-        step(i)
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def payload(size: int, i: int) -> bytes:
@@ -104,11 +96,20 @@ def size_rows(store: MediaStore, folder: Path, label: str, size: int, n: int) ->
         ("baseline: read + sha256", lambda i: baseline_read(plain / f"plain-{i + n}.bin")),
         ("get (verified)", lambda i: store.get(digests[i])),
     ]
-    return [(name, label, timed(n, step), size) for name, step in steps]
+    # round-robin: each step's i-th sample is taken next to the others', so disk noise hits all rows alike
+    samples: dict[str, list[float]] = {name: [] for name, _ in steps}
+    for i in range(n):
+        for name, step in steps:
+            t0 = time.perf_counter()
+            step(i)
+            samples[name].append(time.perf_counter() - t0)
+    return [(name, label, samples[name], size) for name, _ in steps]
 
 
 def put_get_rows(folder: Path) -> list[tuple[str, str, list[float], int]]:
     store = MediaStore(folder / "store", max_bytes=64 << 20, cap=0)
+    for i in range(256):  # a store in use has all its fan-out folders; creating one costs another fsync
+        (store.files.blobs / f"{i:02x}").mkdir(exist_ok=True)
     try:
         return [row for label, size, n in SIZES for row in size_rows(store, folder, label, size, n)]
     finally:
