@@ -6,6 +6,7 @@ import itertools
 from pathlib import Path
 from typing import Any
 
+from homeagent.config import ConfigRegistry, core_defs
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
 from homeagent.sdk.types import ToolCall
@@ -13,6 +14,16 @@ from tests.conftest import run_cli
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(100))
 _ids = itertools.count()
+
+
+def set_config(data_dir: Path, key: str, value: Any) -> None:
+    reg = ConfigRegistry(data_dir / "config.db")
+    try:
+        for definition in core_defs(data_dir):
+            reg.register_def(definition)
+        reg.set(key, value)
+    finally:
+        reg.close()
 
 
 async def tool(daemon: Daemon, name: str, **args: Any) -> Any:
@@ -56,25 +67,25 @@ async def test_media_through_cli_tools_and_gc(daemon: Daemon, data_dir: Path, tm
     )  # fmt: skip
     assert bad["isError"] and "feedfacecafe" in bad["content"]
     assert await daemon.docs.acount() == docs_before and not (await daemon.graph.recall(["Bob"], 1)).relations
+    assert daemon.media is not None
     too_long = await tool(
         daemon, "memory_commit",
         triples=[{"subject": "Bob", "relation": "likes", "object": "tea", "sentence_text": "x" * 8000,
                   "media_digests": [short]}],
     )  # fmt: skip
     assert too_long["isError"] and "limit is 8000" in too_long["content"]
-    assert daemon.media is not None and len(await daemon.media.arefs_of(short)) == 2  # its new reference undone
+    assert len(await daemon.media.arefs_of(short)) == 2  # the reference this call added was undone
     shown = await run_cli(data_dir, "memory", "media", "show", "not-a-digest")
     assert shown.code == 1 and "is not a media digest" in shown.err
 
     # referenced: GC keeps it however old the mark; unreferenced: the bytes go, the description stays
-    gc = await run_cli(data_dir, "memory", "media", "gc", "--min-age", "0s")
-    assert gc.code == 0 and "swept:               0" in gc.out
-    assert daemon.media is not None and await daemon.media.aget(short) == PNG
     await daemon.media.aremove_refs("document", doc["id"])
-    assert (await daemon.media.arefs_of(short))[0]["owner_kind"] == "graph_sentence"
-    await daemon.media.aremove_refs("graph_sentence", (await daemon.media.arefs_of(short))[0]["owner_id"])
-    gc = await run_cli(data_dir, "memory", "media", "gc", "--min-age", "0s", "--json")
-    assert gc.code == 0 and '"swept": 1' in gc.out
+    gc = await run_cli(data_dir, "memory", "media", "gc", "--min-age", "0s")
+    assert gc.code == 0 and "swept:               0" in gc.out  # the graph sentence still refers to it
+    assert await daemon.media.aget(short) == PNG
+    (ref,) = await daemon.media.arefs_of(short)
+    await daemon.media.aremove_refs(ref["owner_kind"], ref["owner_id"])
+    assert (await daemon.media.agc(0.0)).swept == 1
     shown = await run_cli(data_dir, "memory", "media", "show", short)
     assert "state:       evicted" in shown.out and "purple-blue-red striped flag" in shown.out
     found = await daemon.docs.aquery("purple blue red striped flag", 3, touch=False)
@@ -82,7 +93,7 @@ async def test_media_through_cli_tools_and_gc(daemon: Daemon, data_dir: Path, tm
 
 
 async def test_media_off_is_plain_text_and_a_corrupt_db_loses_no_bytes(data_dir: Path, tmp_path: Path) -> None:
-    assert (await run_cli(data_dir, "config", "set", "core.memory.media.enabled", "false")).code == 0
+    set_config(data_dir, "core.memory.media.enabled", False)
     d = Daemon(DataPaths(data_dir), web=False)
     await d.start()
     try:
@@ -97,7 +108,7 @@ async def test_media_off_is_plain_text_and_a_corrupt_db_loses_no_bytes(data_dir:
 
     image = tmp_path / "p.png"
     image.write_bytes(PNG)
-    assert (await run_cli(data_dir, "config", "set", "core.memory.media.enabled", "true")).code == 0
+    set_config(data_dir, "core.memory.media.enabled", True)
     added = await run_cli(data_dir, "memory", "media", "add", str(image))  # no daemon: the CLI opens the store
     assert added.code == 0, added.err
     (data_dir / "memory" / "media" / "media.db").write_bytes(b"this is not a database" * 100)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 from homeagent.memory.media import (
     MediaCorrupt,
     MediaError,
+    MediaGCLoop,
     MediaGone,
     MediaStore,
     MediaTooLarge,
@@ -385,3 +387,80 @@ def test_storing_again_restarts_the_gc_grace(store: MediaStore, clock: Clock) ->
     assert store.gc().swept == 0 and store.get(digest) == PNG
     clock.now += 3601
     assert store.gc().swept == 1
+
+
+def _bulk_store(root: Path, n: int) -> list[str]:
+    """``n`` small blobs, every other one referenced, written in bulk (through ``put`` this would be n fsyncs)."""
+    MediaStore(root).close()
+    now = time.time() - 10
+    rows, refs, referenced = [], [], []
+    for i in range(n):
+        data = b"blob %d" % i
+        digest = hashlib.sha256(data).hexdigest()
+        (root / "blobs" / digest[:2]).mkdir(exist_ok=True)
+        (root / "blobs" / digest[:2] / digest).write_bytes(data)
+        rows.append((digest, "text/plain", len(data), now, now))
+        if i % 2 == 0:
+            refs.append(("document", f"doc-{i}", digest, now))
+            referenced.append(digest)
+    with sqlite3.connect(root / "media.db") as conn:
+        conn.executemany("INSERT INTO blobs(digest, mime, size, created, last_access) VALUES (?,?,?,?,?)", rows)
+        conn.executemany("INSERT INTO refs(owner_kind, owner_id, digest, created) VALUES (?,?,?,?)", refs)
+    return referenced
+
+
+def test_kill_9_during_gc_loses_no_referenced_blob(tmp_path: Path) -> None:
+    root = tmp_path / "media"
+    referenced = _bulk_store(root, 3000)
+    script = textwrap.dedent(
+        """
+        import sys
+        from homeagent.memory.media import MediaStore
+        store = MediaStore(sys.argv[1])
+        print("go", flush=True)
+        store.gc(min_age=0)
+        print("done", flush=True)
+        """
+    )
+    for delay in (0.01, 0.03, 0.08, 0.2):  # killed earlier and later in the pass, until one pass completes
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": SRC},
+        )
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "go"
+        time.sleep(delay)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        finished = proc.stdout.read().strip() == "done"
+        proc.stdout.close()
+        store = MediaStore(root)
+        try:
+            for digest in referenced:  # after every kill, wherever it landed
+                assert store.get(digest).startswith(b"blob ")
+        finally:
+            store.close()
+        if finished:
+            break
+    store = MediaStore(root)
+    try:
+        report = store.gc(min_age=0)  # finishes the job and repairs what a kill left
+        assert report.adopted == 0 and report.quarantined == 0
+        assert {p.name for p in files_in(store.files.blobs)} == set(referenced)
+        assert store.stats()["present"] == 1500
+        assert {i.state for i in store.entries(limit=10_000)} == {"present", "evicted"}
+    finally:
+        store.close()
+
+
+async def test_the_daemons_gc_loop_runs_a_pass_and_stops(store: MediaStore) -> None:
+    digest = store.put_bytes(PNG).info.digest
+    loop = MediaGCLoop(store, lambda: 3600.0, first_delay=0.0)
+    loop.start()
+    try:
+        for _ in range(200):
+            if (await store.ainfo(digest)).marked_at is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert (await store.ainfo(digest)).marked_at is not None
+    finally:
+        await loop.stop()
