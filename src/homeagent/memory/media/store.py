@@ -536,6 +536,8 @@ class MediaStore:
         with self._tx() as conn:
             for digest in digests:
                 row = conn.execute(f"SELECT {_WITH_REFS} FROM blobs WHERE digest = ?", (digest,)).fetchone()
+                if row is None:
+                    raise UnknownMedia(f"no stored media has the digest {digest}")
                 info = self._info(row)
                 if not info.present:
                     raise self._gone(info)
@@ -549,14 +551,20 @@ class MediaStore:
         return added
 
     def remove_refs(self, owner_kind: str, owner_id: str, refs: Sequence[str] | None = None) -> int:
-        """Drop references of an owner (all of them when ``refs`` is None); returns how many went. Idempotent."""
+        """Drop references of an owner (all of them when ``refs`` is None); returns how many went. Idempotent.
+
+        A digest that no longer resolves is skipped: there is nothing to remove.
+        """
+        digests: list[str] = []
+        for ref in refs or ():
+            with contextlib.suppress(UnknownMedia):
+                digests.append(self.resolve(ref))
         with self._tx() as conn:
             if refs is None:
                 cur = conn.execute("DELETE FROM refs WHERE owner_kind = ? AND owner_id = ?", (owner_kind, owner_id))
                 return cur.rowcount
             n = 0
-            for ref in refs:
-                digest = str(ref).strip().lower().removeprefix("sha256:")
+            for digest in digests:
                 n += conn.execute(
                     "DELETE FROM refs WHERE owner_kind = ? AND owner_id = ? AND digest = ?",
                     (owner_kind, owner_id, digest),
