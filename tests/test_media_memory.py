@@ -11,6 +11,7 @@ from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
 from homeagent.sdk.types import ToolCall
 from tests.conftest import run_cli
+from tests.fakes.webui_fixtures import start_web
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(100))
 _ids = itertools.count()
@@ -122,3 +123,23 @@ async def test_media_off_is_plain_text_and_a_corrupt_db_loses_no_bytes(data_dir:
         assert await d.media.aget((await d.media.alist())[0].digest) == PNG
     finally:
         await d.stop()
+
+
+async def test_web_upload_keeps_the_file_in_the_media_store(daemon: Daemon) -> None:
+    web = await start_web(daemon)
+    try:
+        async with web.client() as c:
+            response = await c.post(
+                "/api/v1/chat/file", data={"inject": "false"},
+                files=[("file", ("flag.gif", PNG, "image/gif")), ("file", ("empty.txt", b"", "text/plain"))],
+            )  # fmt: skip
+        assert response.status_code == 200, response.text
+        flag, empty = response.json()["files"]
+        assert flag["media"]["mime"] == "image/png" and flag["media"]["source"] == "webui"
+        assert f"[image/png {flag['media']['short']}] flag.gif" in response.json()["note"]
+        assert empty["media"] is None  # refused by the store (0 bytes): still an ordinary upload
+        assert daemon.media is not None and await daemon.media.aget(flag["media"]["short"]) == PNG
+        doc = await tool(daemon, "doc_commit", content="the flag I uploaded", media_digests=[flag["media"]["short"]])
+        assert doc["ok"] and doc["media"] == [f"[image/png {flag['media']['short']}] flag.gif"]
+    finally:
+        await web.server.close()

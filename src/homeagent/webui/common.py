@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -25,6 +25,7 @@ from homeagent.webui.sse import StreamRegistry
 
 if TYPE_CHECKING:
     from homeagent.config import ConfigRegistry
+    from homeagent.memory.media import PutResult
 
 Handler = Callable[[Request], Awaitable[Response]]
 MAX_JSON_BYTES = 1024 * 1024
@@ -57,6 +58,12 @@ class Principal:
         return f"session:{self.session.id}" if self.session is not None else "token"
 
 
+class MediaSink(Protocol):
+    """Where uploads are also kept by content (the media store's ``aput_file``)."""
+
+    async def aput_file(self, path: Path | str, **kw: Any) -> PutResult: ...
+
+
 @dataclass
 class WebContext:
     """State of one web server, handed to every route module (no globals)."""
@@ -67,6 +74,7 @@ class WebContext:
     limiter: LoginLimiter
     streams: StreamRegistry
     uploads_dir: Path
+    media: MediaSink | None = None  # the media store, when core.memory.media.enabled
     started: float = field(default_factory=time.time)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 

@@ -429,6 +429,7 @@ class WebUIServer:
             limiter=LoginLimiter(),
             streams=StreamRegistry(),
             uploads_dir=Path(daemon.paths.root) / "uploads",
+            media=daemon.media,
         )
         self.app, self.ops = build_app(self.ctx, vendor=vendor)
         self._server: _EmbeddedServer | None = None
