@@ -141,5 +141,23 @@ async def test_web_upload_keeps_the_file_in_the_media_store(daemon: Daemon) -> N
         assert daemon.media is not None and await daemon.media.aget(flag["media"]["short"]) == PNG
         doc = await tool(daemon, "doc_commit", content="the flag I uploaded", media_digests=[flag["media"]["short"]])
         assert doc["ok"] and doc["media"] == [f"[image/png {flag['media']['short']}] flag.gif"]
+
+        # the memory browser's media view
+        digest = flag["media"]["digest"]
+        async with web.client() as c:
+            listed = (await c.get("/api/v1/memory/media")).json()
+            assert [i["digest"] for i in listed["items"]] == [digest] and listed["stats"]["present"] == 1
+            shown = (await c.get(f"/api/v1/memory/media/{digest[:12]}")).json()
+            assert shown["refs"] == 1 and shown["references"][0]["owner_id"] == doc["id"]
+            raw = await c.get(listed["items"][0]["url"])
+            assert raw.content == PNG and raw.headers["content-type"] == "image/png"
+            assert "sandbox" in raw.headers["content-security-policy"]
+            assert (await c.get(f"/api/v1/memory/media/{'0' * 64}/raw")).status_code == 404
+            path = daemon.paths.memory / "media" / "blobs" / digest[:2] / digest
+            path.write_bytes(PNG[:-1] + b"!")  # damaged on disk
+            damaged = await c.get(f"/api/v1/memory/media/{digest}/raw")
+            assert damaged.status_code == 410 and "damaged on disk" in damaged.json()["error"]
+            assert (await c.get(f"/api/v1/memory/media/{digest}")).json()["state"] == "quarantined"
+            assert (await c.get("/api/v1/memory/media?state=bogus")).status_code == 400
     finally:
         await web.server.close()

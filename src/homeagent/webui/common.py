@@ -25,7 +25,7 @@ from homeagent.webui.sse import StreamRegistry
 
 if TYPE_CHECKING:
     from homeagent.config import ConfigRegistry
-    from homeagent.memory.media import PutResult
+    from homeagent.memory.media import MediaInfo, PutResult
 
 Handler = Callable[[Request], Awaitable[Response]]
 MAX_JSON_BYTES = 1024 * 1024
@@ -58,10 +58,20 @@ class Principal:
         return f"session:{self.session.id}" if self.session is not None else "token"
 
 
-class MediaSink(Protocol):
-    """Where uploads are also kept by content (the media store's ``aput_file``)."""
+class MediaLibrary(Protocol):
+    """What the web UI uses of the media store: keep uploads, list and show entries, serve verified bytes."""
 
     async def aput_file(self, path: Path | str, **kw: Any) -> PutResult: ...
+
+    async def alist(self, **kw: Any) -> list[MediaInfo]: ...
+
+    async def ainfo(self, ref: str) -> MediaInfo: ...
+
+    async def arefs_of(self, ref: str) -> list[dict[str, Any]]: ...
+
+    async def aget(self, ref: str) -> bytes: ...
+
+    async def astats(self) -> dict[str, Any]: ...
 
 
 @dataclass
@@ -74,7 +84,7 @@ class WebContext:
     limiter: LoginLimiter
     streams: StreamRegistry
     uploads_dir: Path
-    media: MediaSink | None = None  # the media store, when core.memory.media.enabled
+    media: MediaLibrary | None = None  # the media store, when core.memory.media.enabled
     started: float = field(default_factory=time.time)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 

@@ -47,6 +47,7 @@ from homeagent.webui.auth import (
 from homeagent.webui.chat import ChatAPI
 from homeagent.webui.common import ApiError, Handler, Op, Principal, WebContext, all_ops
 from homeagent.webui.manage import ManageAPI
+from homeagent.webui.media import MediaRoutes
 from homeagent.webui.openai_compat import OpenAICompat
 from homeagent.webui.openapi import build_openapi
 from homeagent.webui.sse import StreamRegistry
@@ -337,7 +338,7 @@ def _router(ops: list[Op]) -> list[Route]:
 
 def build_app(ctx: WebContext, *, vendor: dict[str, Path] | None = None) -> tuple[Starlette, list[Op]]:
     pages = Pages(vendor)
-    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), OpenAICompat(ctx).ops()]
+    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), MediaRoutes(ctx).ops(), OpenAICompat(ctx).ops()]
     ops = all_ops(groups)
     schema: dict[str, Any] = {}
 
