@@ -89,6 +89,14 @@ async def test_media_through_cli_tools_and_gc(daemon: Daemon, data_dir: Path, tm
     assert (await daemon.media.agc(0.0)).swept == 1
     shown = await run_cli(data_dir, "memory", "media", "show", short)
     assert "state:       evicted" in shown.out and "purple-blue-red striped flag" in shown.out
+    # homeagent ask --image: the file is kept (again) and its marker goes into the message
+    asked = await run_cli(data_dir, "ask", "--image", str(image), "this is the parade flag")
+    assert asked.code == 0, asked.err
+    said = [e.input for e in daemon.context.timeline() if e.kind == "user"]
+    assert said[-1] == f"this is the parade flag\n[image/png {short}] purple-blue-red striped flag"
+    assert (await daemon.media.ainfo(short)).state == "present"  # storing the bytes again brought them back
+    missing = await run_cli(data_dir, "ask", "--image", str(tmp_path / "nope.png"), "hello")
+    assert missing.code == 1 and "nope.png" in missing.err and "No such file" in missing.err
     found = await daemon.docs.aquery("purple blue red striped flag", 3, touch=False)
     assert found and f"[image/png {short}] purple-blue-red striped flag" in found[0].content
 

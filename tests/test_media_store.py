@@ -70,6 +70,8 @@ def test_put_get_dedupe_and_marker(store: MediaStore) -> None:
     info = store.info(first.info.digest)
     assert (info.mime, info.size, info.source, info.description) == ("image/png", len(PNG), "webui", "a purple flag")
     assert marker(info) == f"[image/png {first.info.digest[:12]}] a purple flag"
+    assert store.put_bytes(PNG, description="IMG_2041.png").info.description == "a purple flag"  # fills, never replaces
+    assert store.describe(first.info.short, "the flag from the parade").description == "the flag from the parade"
     assert len(files_in(store.files.blobs)) == 1
     assert not files_in(store.files.tmp)
 

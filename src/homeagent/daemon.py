@@ -53,6 +53,7 @@ from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.loops import MemoryLoops
 from homeagent.memory.media import MediaAPI, MediaError, MediaGCLoop, MediaStore
+from homeagent.memory.media.api import OFF as MEDIA_OFF
 from homeagent.memory.social import Social
 from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog
@@ -566,7 +567,7 @@ class Daemon:
         media = getattr(self, "media", None)
         if media is None:
             raise RPCError(
-                "the media store is off (core.memory.media.enabled is false, or memory is still starting); "
+                f"{MEDIA_OFF} (core.memory.media.enabled is false, or memory is still starting); "
                 "turn it on with `homeagent config set core.memory.media.enabled true` and restart"
             )
         try:

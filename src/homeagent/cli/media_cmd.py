@@ -46,7 +46,8 @@ def register_memory_media(msub: Any) -> None:
 
     add = actions.add_parser("add", help="store a file (its type is read from its bytes)")
     add.add_argument("file")
-    add.add_argument("--description", default="", help="what it shows: the text memory keeps and search finds")
+    add.add_argument("--description", default="",
+                     help="what it shows: the text memory keeps and search finds (replaces the stored one)")
     add.add_argument("--mime", default="", help="claimed type (only refines text types; the bytes decide)")
     add.add_argument("--json", action="store_true")
     add.set_defaults(func=cmd_media, media_action="add")
@@ -71,6 +72,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "path": str(Path(args.file).expanduser().resolve()),
         "description": args.description,
+        "overwrite": bool(args.description),  # an explicit --description replaces the stored one
         "mime": args.mime,
         "source": "cli",
     }
@@ -116,10 +118,11 @@ async def _local(data_dir: Path, method: str, params: dict[str, Any]) -> Any:
     from homeagent.cli.memory_cmd import _configured
     from homeagent.config.values import parse_bool, parse_duration
     from homeagent.memory.media import MediaAPI, MediaError, MediaStore
+    from homeagent.memory.media.api import OFF
 
     enabled = _configured(data_dir, "core.memory.media.enabled", True)
     if not (enabled if isinstance(enabled, bool) else parse_bool(str(enabled))):
-        raise MediaError("the media store is off (core.memory.media.enabled is false)")
+        raise MediaError(f"{OFF} (core.memory.media.enabled is false)")
     min_age = _configured(data_dir, "core.memory.media.gc_min_age", "24h")
     store = MediaStore(
         data_dir / "memory" / "media",
@@ -207,3 +210,32 @@ def _render_gc(r: dict[str, Any]) -> str:
     ]
     lines += [f"note: {n}" for n in r.get("notes", [])]
     return "\n".join(lines)
+
+
+# -- homeagent ask --image ---------------------------------------------------------------
+async def attach_images(client: Any, files: list[Path]) -> list[str]:
+    """Keep each file in the daemon's media store; the lines to add to the message (their markers).
+
+    The model reads the marker (type, short digest, the file's name as its
+    description) and can attach the image to a memory by that digest; it
+    does not see the pixels, which no provider is sent yet. With the store
+    off the line is a plain ``[image: name]``. A file the store refuses
+    (missing, empty, too large) raises ``RemoteError`` naming it: the
+    message is not sent.
+    """
+    from homeagent.cli.client import RemoteError
+    from homeagent.memory.media.api import OFF
+
+    lines = []
+    for path in files:
+        try:
+            result = await client.call(
+                "media.add", {"path": str(path), "description": path.name, "source": "cli"}, timeout=120
+            )
+        except RemoteError as exc:
+            if str(exc).startswith(OFF):
+                lines.append(f"[image: {path.name}]")
+                continue
+            raise RemoteError(f"{path}: {exc}") from None
+        lines.append(str(result["marker"]))
+    return lines

@@ -16,9 +16,12 @@ from homeagent.memory.media.errors import MediaError
 from homeagent.memory.media.markers import marker
 from homeagent.memory.media.store import MediaStore
 
-__all__ = ["MediaAPI"]
+__all__ = ["OFF", "MediaAPI"]
 
 STATES = ("present", "evicted", "quarantined", "missing")
+
+OFF = "the media store is off"
+"""How every refusal because ``core.memory.media.enabled`` is false begins (clients degrade to text on it)."""
 
 
 class MediaAPI:
@@ -56,4 +59,8 @@ class MediaAPI:
             source=str(params.get("source") or "cli"),
             description=str(params.get("description") or ""),
         )
-        return {**result.info.to_dict(), "new": result.new, "marker": marker(result.info)}
+        info = result.info
+        description = str(params.get("description") or "")
+        if params.get("overwrite") and description and info.description != " ".join(description.split()):
+            info = await self.store.adescribe(info.digest, description)
+        return {**info.to_dict(), "new": result.new, "marker": marker(info)}

@@ -336,7 +336,7 @@ class MediaStore:
                     "VALUES (?1, ?2, ?3, ?4, ?4, ?5, ?6, 'present') ON CONFLICT(digest) DO UPDATE SET "
                     "state = 'present', state_at = NULL, mime = ?2, size = ?3, last_access = ?4, "
                     "source = CASE WHEN blobs.source = '' THEN ?5 ELSE blobs.source END, "
-                    "description = CASE WHEN ?6 != '' THEN ?6 ELSE blobs.description END, "
+                    "description = CASE WHEN blobs.description = '' THEN ?6 ELSE blobs.description END, "
                     "marked_at = NULL",
                     (digest, mime, writer.size, now, source, description),
                 )
@@ -366,7 +366,7 @@ class MediaStore:
         return self.commit(writer, claimed_mime=claimed_mime, source=source, description=description)
 
     def _touch_if_present(self, digest: str, description: str) -> MediaInfo | None:
-        """Bytes stored already (row and file): record the use (and a new description) without writing them."""
+        """Bytes stored already (row and file): record the use (and a first description) without writing them."""
         rows = self._read("SELECT state FROM blobs WHERE digest = ?", (digest,))
         if not rows or rows[0][0] != "present" or not self.files.path(digest).is_file():
             return None
@@ -374,8 +374,9 @@ class MediaStore:
         with self._tx() as conn:
             cur = conn.execute(
                 "UPDATE blobs SET last_access = ?, marked_at = NULL, "
-                "description = CASE WHEN ? != '' THEN ? ELSE description END WHERE digest = ? AND state = 'present'",
-                (self._clock(), description, description, digest),
+                "description = CASE WHEN description = '' THEN ? ELSE description END "
+                "WHERE digest = ? AND state = 'present'",
+                (self._clock(), description, digest),
             )
         return self.info(digest) if cur.rowcount == 1 else None
 
@@ -425,7 +426,11 @@ class MediaStore:
         )
 
     def describe(self, ref: str, description: str) -> MediaInfo:
-        """Set the description (the text that markers carry)."""
+        """Replace the description (the text that markers carry).
+
+        Storing bytes again only fills an empty description: a file name that
+        comes with a re-upload must not replace what someone wrote.
+        """
         digest = self.resolve(ref)
         with self._tx() as conn:
             conn.execute("UPDATE blobs SET description = ? WHERE digest = ?", (" ".join(description.split()), digest))
@@ -736,6 +741,9 @@ class MediaStore:
 
     async def aput_file(self, path: Path | str, **kw: Any) -> PutResult:
         return await asyncio.to_thread(self.put_file, path, **kw)
+
+    async def adescribe(self, ref: str, description: str) -> MediaInfo:
+        return await asyncio.to_thread(self.describe, ref, description)
 
     async def aget(self, ref: str) -> bytes:
         return await asyncio.to_thread(self.get, ref)
