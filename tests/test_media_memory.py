@@ -120,6 +120,8 @@ async def test_media_off_is_plain_text_and_a_corrupt_db_loses_no_bytes(data_dir:
     set_config(data_dir, "core.memory.media.enabled", True)
     added = await run_cli(data_dir, "memory", "media", "add", str(image))  # no daemon: the CLI opens the store
     assert added.code == 0, added.err
+    stats = await run_cli(data_dir, "memory", "stats")
+    assert stats.code == 0 and "media           1 stored, 0.0 MB, 0 references" in stats.out
     (data_dir / "memory" / "media" / "media.db").write_bytes(b"this is not a database" * 100)
     d = Daemon(DataPaths(data_dir), web=False)
     await d.start()
