@@ -171,3 +171,16 @@ async def test_web_upload_keeps_the_file_in_the_media_store(daemon: Daemon) -> N
             assert (await c.get("/api/v1/memory/media?state=bogus")).status_code == 400
     finally:
         await web.server.close()
+
+
+async def test_an_unusable_media_folder_leaves_the_daemon_running_on_text(data_dir: Path) -> None:
+    (data_dir / "memory").mkdir()
+    (data_dir / "memory" / "media").write_text("a file where the media folder should be")
+    d = Daemon(DataPaths(data_dir), web=False)
+    await d.start()
+    try:
+        assert d.media is None and any("media store" in n and "media stays text" in n for n in d.notes)
+        doc = await tool(d, "doc_commit", content="still remembered", media_digests=["0123456789ab"])
+        assert doc["ok"]
+    finally:
+        await d.stop()

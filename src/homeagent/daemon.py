@@ -390,10 +390,16 @@ class Daemon:
                 min_age=lambda: cfg.get_duration("core.memory.media.gc_min_age", "24h"),
             )
 
-        self.media = await self._open_store(
-            root / "media.db", "media store", open_media,
-            kept="the media files (adopted again by the next GC pass) and every other memory are",
-        )
+        try:
+            self.media = await self._open_store(
+                root / "media.db", "media store", open_media,
+                kept="the media files (adopted again by the next GC pass) and every other memory are",
+            )
+        except (OSError, sqlite3.Error) as exc:  # unwritable, locked, a file where the folder should be
+            note = f"media store at {root} not available ({type(exc).__name__}: {exc}); media stays text"
+            log.error("%s", note)
+            self.notes.append(note)
+            return
         self.media_gc = MediaGCLoop(self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"))
         self.media_gc.start()
 
