@@ -82,15 +82,27 @@ async def test_writes_are_validated_and_nothing_bad_is_stored(cfg: PluginService
 
 
 async def test_protected_keys_cannot_be_changed_by_the_model(cfg: PluginServices) -> None:
-    for scope, key in (("plugin", "files.dir"), ("core", "core.agent.workdir"), ("plugin", "cmd.allow_list"),
-                       ("plugin", "cfgmgr.protected_keys"), ("plugin", "webui.password")):
-        assert "protected" in _err(await run_tool(cfg, "config_set", {"scope": scope, "key": key, "value": "/"}))
+    # owner-only defs (the full table is in test_safety_owner_only.py)
+    for scope, key in (("core", "core.agent.workdir"), ("core", "agent.workdir"),
+                       ("plugin", "cfgmgr.protected_keys"), ("plugin", "plugin.cfgmgr.protected_keys")):
+        assert "owner-only" in _err(await run_tool(cfg, "config_set", {"scope": scope, "key": key, "value": "/"}))
+    # the owner's extra patterns
+    cfg.config.set("plugin.cfgmgr.protected_keys", "core.agent.max_children, plugin.demo.*")
+    for scope, key in (("core", "core.agent.max_children"), ("plugin", "demo.mode")):
+        assert "protected" in _err(await run_tool(cfg, "config_set", {"scope": scope, "key": key, "value": "slow"}))
+    # a stored key whose plugin is not running: nothing says it is safe
+    cfg.config.set("plugin.ghost.command", "true")
+    assert "no definition loaded" in _err(await run_tool(cfg, "config_set", {"scope": "plugin", "key": "ghost.command",
+                                                                              "value": "sh"}))
     batch = await run_tool(cfg, "config_batch_set", {"items": [
-        {"scope": "core", "key": "core.agent.max_tool_turns", "value": 5},
+        {"scope": "core", "key": "core.agent.tool_timeout", "value": "60s"},
         {"scope": "plugin", "key": "cfgmgr.protected_keys", "value": ""}]})
-    assert "protected" in _err(batch) and cfg.config.get("core.agent.max_tool_turns") == 10
+    assert "owner-only" in _err(batch) and cfg.config.get("core.agent.tool_timeout") == "120s"
+    assert cfg.config.get("plugin.ghost.command") == "true"
     cfg.config.set("core.agent.workdir", "/srv/agent")  # the user still can, outside the tool
     assert cfg.config.get("core.agent.workdir") == "/srv/agent"
+    shown = await tool_value(cfg, "config_get", {"scope": "core", "key": "core.agent.workdir"})
+    assert shown["def"]["owner_only"] is True
 
 
 async def test_batch_is_all_or_nothing(cfg: PluginServices) -> None:

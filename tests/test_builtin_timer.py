@@ -58,6 +58,7 @@ async def test_numbers_iso_times_and_cron(services: PluginServices) -> None:
         value = await tool_value(services, "timer_set", {"at": at, "message": "iso"})
         assert value["kind"] == "once"
         assert (await next_interrupt(services)).text == "timer: iso"
+        services.config.set("plugin.timer.min_interval", "0")  # the owner lifts the repeat floor
         cron = await tool_value(services, "timer_set", {"cron": "* * * * * *", "message": "every second"})
         assert cron["kind"] == "cron"
         first = await next_interrupt(services, 2.5)
@@ -71,6 +72,20 @@ async def test_numbers_iso_times_and_cron(services: PluginServices) -> None:
             services.io.interrupts.get_nowait()
         with pytest.raises(TimeoutError):
             await next_interrupt(services, 1.1)
+
+
+async def test_repeating_timers_the_model_sets_have_a_minimum_interval(services: PluginServices) -> None:
+    async with started(services, "timer"):
+        for cron in ("* * * * * *", "* * * * * */30", "0-30 9 * * * */5", "* * * * 1 */10"):
+            result = await run_tool(services, "timer_set", {"cron": cron, "message": "spam"})
+            assert result.success is False, cron
+            assert "min_interval" in result.result["content"] and "homeagent config set" in result.result["content"]
+        assert (await tool_value(services, "timer_list", {}))["timers"] == []
+        for cron in ("* * * * *", "*/5 * * * *", "0 8 * * 1-5"):
+            assert (await tool_value(services, "timer_set", {"cron": cron, "message": "fine"}))["status"] == "set"
+        services.config.set("plugin.timer.min_interval", "10m")
+        result = await run_tool(services, "timer_set", {"cron": "*/5 * * * *", "message": "now too often"})
+        assert result.success is False and "every 5m" in result.result["content"]
 
 
 async def test_cancel_before_due(services: PluginServices) -> None:

@@ -140,7 +140,8 @@ def test_core_defs_cover_the_original_keys_minus_docker(tmp_path: Path) -> None:
     assert by_key["core.llm.provider"].default == ""
     assert by_key["core.llm.api_key"].is_secret
     assert by_key["core.daemon.log_level"].options == ["debug", "info", "warn", "error"]
-    assert by_key["core.memory.graph"].default == str(tmp_path / "memory" / "graph.db")
+    assert by_key["core.memory.graph"].default == "memory/graph.db"  # relative: a copied data dir uses its own
+    assert by_key["core.daemon.data_dir"].default == str(tmp_path)
     for d in defs:
         assert d.category in {"daemon", "llm", "agent", "memory", "paths", "input", "webui"}, d.key
         assert d.display_name and d.description, d.key

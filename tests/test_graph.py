@@ -6,7 +6,6 @@ import asyncio
 import sqlite3
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -255,31 +254,31 @@ async def test_migrations_are_numbered_and_refuse_a_newer_file(tmp_path: Path) -
         await GraphDB.open(tmp_path / "missing.db", create=False)
 
 
-async def test_sqlite_never_runs_on_the_event_loop(graph: GraphDB) -> None:
-    """A 3000-triple commit while a probe measures loop lag, against the lag of an idle loop (a loaded host)."""
+async def test_sqlite_never_runs_on_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every SQL statement of open, a 3000-triple commit, recall and close runs on a worker thread.
 
-    async def probe(work: asyncio.Future[object] | None, seconds: float = 0.3) -> float:
-        lag = 0.0
-        end = time.perf_counter() + seconds
-        while (work is not None and not work.done()) or (work is None and time.perf_counter() < end):
-            t = time.perf_counter()
-            await asyncio.sleep(0.005)
-            lag = max(lag, time.perf_counter() - t - 0.005)
-        return lag
+    Each connection the graph opens reports the thread of every statement it
+    runs (sqlite3's trace callback); none may be the event loop's. A lag
+    probe measured this before, and failed on a loaded host through GIL
+    contention alone: the thread is what the design promises, so that is
+    what is checked.
+    """
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+    real_connect = sqlite3.connect
 
-    idle = await probe(None)
-    started = time.perf_counter()
-    commit = asyncio.ensure_future(
-        graph.commit([Triple(f"e{i}", "links", f"e{i + 1}", sentence=f"sentence {i}") for i in range(3000)])
-    )
-    busy = await probe(commit)
-    await commit
-    duration = time.perf_counter() - started
-    # On the loop, the lag would be the whole commit; in a thread it is scheduling noise.
-    assert busy < max(0.1, 3 * idle, duration * 0.6), (
-        f"event loop stalled for {busy * 1000:.0f} ms during a {duration * 1000:.0f} ms commit "
-        f"(idle lag {idle * 1000:.0f} ms)"
-    )
+    def connect(*args: object, **kwargs: object) -> sqlite3.Connection:
+        conn = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+        conn.set_trace_callback(lambda _sql: threads.append(threading.get_ident()))
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    graph = await GraphDB.open(tmp_path / "memory" / "graph.db")
+    await graph.commit([Triple(f"e{i}", "links", f"e{i + 1}", sentence=f"sentence {i}") for i in range(3000)])
+    assert lines(await graph.recall(["e10"], depth=1))
+    await graph.close()
+    assert len(threads) > 10
+    assert loop_thread not in threads
 
 
 async def test_memory_api_shapes(graph: GraphDB) -> None:

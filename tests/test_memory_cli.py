@@ -51,6 +51,8 @@ def conversation(tmp_path: Path) -> Path:
             b"",
             _rec(role="user", content="明天下午三点看牙医 🦷", timestamp="bad date"),
             _rec(role="user", content="明天下午三点看牙医 🦷", timestamp="2024-03-02 09:00"),
+            _rec(speaker="Caroline", session="s9", content="A chat export names speakers, not roles"),
+            _rec(content="neither a role nor a speaker"),
         ],
     )
     return path
@@ -62,15 +64,16 @@ def test_import_reports_bad_lines_and_imports_the_rest(tmp_path: Path, conversat
     data = tmp_path / "data"
     assert run_import(data, conversation, embedder_spec=EMB, analyzer=an, as_json=True, out=out, err=err) == 1
     report = json.loads(out.getvalue())
-    assert report["imported"] == 4 and report["duplicates"] == 0
-    assert [e["line"] for e in report["errors"]] == [3, 4, 5, 8]
+    assert report["imported"] == 5 and report["duplicates"] == 0
+    assert [e["line"] for e in report["errors"]] == [3, 4, 5, 8, 11]
     text = err.getvalue()
     assert f"{conversation}:3: not valid JSON" in text and ":4: invalid UTF-8 at byte" in text
     assert ":5: empty 'content'" in text and ":8: timestamp 'bad date'" in text
+    assert ":11: missing 'role' (or 'speaker')" in text
     assert "importing chat.jsonl: 100%" in text  # progress on stderr
     again = io.StringIO()
     assert run_import(data, conversation, embedder_spec=EMB, analyzer=an, out=again, err=io.StringIO()) == 1
-    assert "imported 0, already present 4" in again.getvalue()
+    assert "imported 0, already present 5" in again.getvalue()
 
 
 def test_search_stats_export_round_trip(tmp_path: Path, conversation: Path, analyzer: Analyzer) -> None:
@@ -101,12 +104,13 @@ def test_search_stats_export_round_trip(tmp_path: Path, conversation: Path, anal
     stats = io.StringIO()
     assert run_stats(data, as_json=True, out=stats) == 0
     st = json.loads(stats.getvalue())
-    assert st["documents"]["documents"] == 4 and st["context"]["events"] == 0
+    assert st["documents"]["documents"] == 5 and st["context"]["events"] == 0
 
     exported = tmp_path / "export.jsonl"
     assert run_export(data, out_path=exported) == 0
     recs = [json.loads(x) for x in exported.read_text(encoding="utf-8").splitlines()]
-    assert len(recs) == 4 and {r["role"] for r in recs} == {"user", "assistant"}
+    assert len(recs) == 5 and {r["role"] for r in recs} == {"user", "assistant"}
+    assert {r.get("speaker") for r in recs} >= {"me", "Caroline"}
     fresh = tmp_path / "fresh"
     assert run_import(fresh, exported, embedder_spec=EMB, analyzer=an, out=io.StringIO(), err=io.StringIO()) == 0
     again = tmp_path / "again.jsonl"

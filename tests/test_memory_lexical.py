@@ -82,6 +82,24 @@ def test_incremental_add_remove_equals_fresh_index_after_compaction() -> None:
         assert idx.search(query, 1)[0][1] == pytest.approx(fresh.search(query, 1)[0][1], rel=1e-5)
 
 
+def test_a_few_keys_are_scored_as_the_whole_index_scores_them() -> None:
+    # score_array of a handful of keys takes the per-key path; it must give what scoring every row gives,
+    # also with removed rows, a replaced key, repeated query words and keys the index does not have
+    corpus = _corpus(2000, seed=3)
+    idx = LexicalIndex()
+    idx.add_many([(f"d{i}", toks) for i, toks in enumerate(corpus)])
+    for i in range(0, 300, 3):
+        idx.remove(f"d{i}")
+    idx.add("d1", ["w1", "w1", "w2"])
+    few = ["d1", "d0", "d5", "d1999", "nope", "d700"]
+    for query in (["w1"], ["w3", "w3", "w50"], ["w4", "w9", "w30", "w1"], ["unknown"], []):
+        everything, keys = idx.scores(query)
+        row = {k: r for r, k in enumerate(keys) if k is not None}
+        expected = [float(everything[row[k]]) if k in row else 0.0 for k in few]
+        np.testing.assert_allclose(idx.score_array(query, few), expected, rtol=1e-5, atol=1e-7)
+    assert idx.score_array(["w1"], few)[0] > 0  # the replaced key scores with its new words
+
+
 def test_search_returns_only_matches() -> None:
     idx = LexicalIndex()
     idx.add("a", ["apple", "pie"])

@@ -15,7 +15,7 @@ from homeagent.cli.client import Client, RemoteError
 from homeagent.io.socket_server import SocketServer
 from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.graph import GraphDB
-from homeagent.plugins.package import pack_plugin
+from homeagent.plugins.package import PackageError, pack_plugin
 from homeagent.plugins.registry import BUILTIN_PLUGINS, PluginError, PluginRegistry, PluginSource, register_rpc
 from homeagent.plugins.services import HostSDK
 from homeagent.sdk import Plugin, PluginSDK, ServiceUnavailable
@@ -327,24 +327,32 @@ async def test_install_upgrade_remove_through_the_registry(data_dir: Path, tmp_p
         plugin_host(data_dir, builtins=dict(BUILTIN_PLUGINS)) as host,
     ):
         await host.registry.load_all()
-        installed = await call(host, "plugin_install", {"url": f"{base}/luademo.hmap"})
-        assert installed.result["status"] == "installed" and installed.result["sha256"] == digest
-        assert installed.result["state"] == "running"
+        # the model may not install (it would run new code); the owner's path (CLI, web UI) can
+        refused = await call(host, "plugin_install", {"url": f"{base}/luademo.hmap"})
+        assert refused.status == "error" and "homeagent plugin install" in refused.result["content"]
+        assert not (host.plugins_dir / "luademo").exists()
+        installed = await host.registry.install(f"{base}/luademo.hmap")
+        assert installed["status"] == "installed" and installed["sha256"] == digest
+        assert installed["state"] == "running"
         assert (await call(host, "luademo_echo", {"text": "x"})).status == "ok"
-        again = await call(host, "plugin_install", {"url": str(package)})
-        assert again.status == "error" and "use --upgrade" in again.result["content"]
+        with pytest.raises(PackageError, match="use --upgrade"):
+            await host.registry.install(str(package))
         upgraded = await host.registry.install(str(package), upgrade=True)
         assert upgraded["status"] == "upgraded" and upgraded["state"] == "running"
         info = await call(host, "plugin_info", {"name": "luademo"})
         assert info.result["install"]["sha256"] == digest
         listed = await call(host, "plugin_list")
         assert {"luademo", "pluginmgr"} <= {p["name"] for p in listed.result["plugins"]}
-        builtin = await call(host, "plugin_remove", {"name": "pluginmgr"})
-        assert "cannot be removed; disable it instead" in builtin.result["content"]
-        removed = await call(host, "plugin_remove", {"name": "luademo"})
-        assert removed.result["status"] == "removed" and "luademo_echo" not in host.services.tools
+        with pytest.raises(PluginError, match="cannot be removed; disable it instead"):
+            await host.registry.remove("pluginmgr")
+        refused = await call(host, "plugin_remove", {"name": "luademo"})
+        assert refused.status == "error" and "homeagent plugin remove luademo" in refused.result["content"]
+        assert (host.plugins_dir / "luademo").exists()
+        reloaded = (await call(host, "plgreload")).result
+        assert [p["name"] for p in reloaded["reloaded"]] == ["luademo"] and reloaded["reloaded"][0]["state"] == "running"
+        removed = await host.registry.remove("luademo")
+        assert removed["status"] == "removed" and "luademo_echo" not in host.services.tools
         assert not (host.plugins_dir / "luademo").exists()
-        assert (await call(host, "plgreload")).result["states"] == {"running": 1}
 
 
 async def test_socket_rpc_methods(data_dir: Path) -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import fcntl
 import functools
 import logging
 import logging.handlers
@@ -35,6 +33,7 @@ from homeagent.agent.tools import ToolRegistry
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
 from homeagent.control import ConfigControl
+from homeagent.datalock import AlreadyRunning, DataDirLock
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import IOManager
@@ -74,47 +73,6 @@ _S = TypeVar("_S")
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR}
 
 
-class AlreadyRunning(Exception):
-    pass
-
-
-class DataDirLock:
-    """An exclusive lock on the data directory, so two daemons never share one."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fd: int | None = None
-
-    def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES):
-                os.close(fd)
-                raise
-            try:
-                pid = os.pread(fd, 32, 0).decode().strip() or "?"
-            except OSError:
-                pid = "?"
-            os.close(fd)
-            raise AlreadyRunning(
-                f"another HomeAgent daemon (pid {pid}) is already running on {self.path.parent}; "
-                "stop it with `homeagent stop` or use another --data-dir"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
-
-    def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, 0)
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-
-
 class Daemon:
     def __init__(self, paths: DataPaths, *, web: bool = True, log_level: str | None = None) -> None:
         self.paths = paths
@@ -144,6 +102,8 @@ class Daemon:
         self.config = ConfigRegistry(self.paths.config_db)
         for definition in core_defs(self.paths.root):
             self.config.register_def(definition)
+        if self.config.get("core.daemon.data_dir") != str(self.paths.root):  # moved, copied or restored here
+            self.config.set("core.daemon.data_dir", str(self.paths.root))
         self._setup_logging()
         cfg = self.config
 
@@ -153,7 +113,7 @@ class Daemon:
         self.stages = StageHost(default_timeout=cfg.get_duration("core.agent.stage_timeout", 10.0))
         self.channels = OutputChannels(self.tools)
         self.textlog = TextLog(
-            Path(cfg.get_str("core.memory.text", str(self.paths.memory / "text"))),
+            self.paths.resolve(cfg.get_str("core.memory.text", ""), self.paths.memory / "text"),
             max_bytes=cfg.get_int("core.log.max_bytes", 10 * 1024 * 1024),
             backups=cfg.get_int("core.log.backups", 5),
         )
@@ -248,7 +208,7 @@ class Daemon:
                 knowledge=self.knowledge,
                 social=self.social,
             ),
-            Path(cfg.get_str("core.plugin.dir", str(self.paths.plugins))),
+            self.paths.resolve(cfg.get_str("core.plugin.dir", ""), self.paths.plugins),
         )
         health = HealthSources(started_at=self.started_at, agent_status=self.agent.status)
         for name, factory in builtin_factories(health=health).items():
@@ -306,7 +266,7 @@ class Daemon:
             log=log,
         )
         self.memory: TurnMemory = ContextTurnMemory(self.context)
-        graph_path = Path(cfg.get_str("core.memory.graph", str(mem / "graph.db")))
+        graph_path = self.paths.resolve(cfg.get_str("core.memory.graph", ""), mem / "graph.db")
         self.graph = await self._open_store(
             graph_path, "memory graph", lambda: GraphDB.open(graph_path),
             kept="documents, the conversation window and the text log are",
@@ -316,7 +276,9 @@ class Daemon:
         await self.indexer.start()
         self.social = Social(self.graph)
         self.distiller = RuleDistiller(self.graph)
-        self.knowledge = KnowledgeBase(Path(cfg.get_str("core.knowledge.path", str(self.paths.knowledge))), self.embedder)
+        self.knowledge = KnowledgeBase(
+            self.paths.resolve(cfg.get_str("core.knowledge.path", ""), self.paths.knowledge), self.embedder
+        )
         for definition, handler in (
             *doc_tools(self.context, self.docs, media=self.media),
             *graph_tools(self.graph, self.indexer, self.social, media=self.media),
@@ -472,7 +434,7 @@ class Daemon:
         level_name = self.log_level or str(self.config.get("core.daemon.log_level") or "info")
         root = logging.getLogger("homeagent")
         root.setLevel(LOG_LEVELS.get(level_name, logging.INFO))
-        log_dir = Path(self.config.get_str("core.log.path", str(self.paths.log)))
+        log_dir = self.paths.resolve(self.config.get_str("core.log.path", ""), self.paths.log)
         log_dir.mkdir(parents=True, exist_ok=True)
         handler = logging.handlers.RotatingFileHandler(
             log_dir / "homeagent.log", maxBytes=5 * 1024 * 1024, backupCount=3, encoding="utf-8"

@@ -60,6 +60,19 @@ class DataPaths:
     def knowledge(self) -> Path:
         return self.root / "knowledge"
 
+    def resolve(self, configured: str, default: Path) -> Path:
+        """A path setting as the daemon uses it: empty -> ``default``; relative -> under the data directory.
+
+        Path settings are stored relative to the data directory, so the directory
+        can be moved, copied or restored elsewhere and still uses its own files; an
+        absolute path (or ``~/...``) that a user set stays where it points.
+        """
+        text = configured.strip()
+        if not text:
+            return default
+        path = Path(text).expanduser()
+        return path if path.is_absolute() else self.root / path
+
     def ensure(self) -> None:
         for path in (self.root, self.memory, self.log, self.plugins, self.adapters, self.knowledge):
             path.mkdir(parents=True, exist_ok=True)

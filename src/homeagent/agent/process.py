@@ -367,6 +367,17 @@ class TurnRunner:
                 status="denied",
                 result={"isError": True, "content": f"tool call denied: {call.deny_reason or 'by a stage handler'}"},
             )
+        elif not self._offered(call.name):
+            # the filter must hold for calls too: a model can name a tool it was not offered
+            result = ToolResult(
+                call_id=call.id,
+                name=call.name,
+                plugin=call.plugin,
+                success=False,
+                status="error",
+                result={"isError": True, "content": f"tool {call.name!r} is not available to this agent (sub-agents "
+                        "cannot change settings, manage plugins or start sub-agents)"},
+            )
         else:
             result = await self.tools.execute(call, timeout=turn.values.tool_timeout)
         call_ctx.tool_result = result
@@ -398,6 +409,13 @@ class TurnRunner:
             },
         )
         return result
+
+    def _offered(self, name: str) -> bool:
+        """Whether this runner offers tool ``name`` (an unknown name is left to the registry's error)."""
+        if self.tool_filter is None:
+            return True
+        tdef = self.tools.get(name)
+        return tdef is None or self.tool_filter(tdef)
 
     def _no_memory_tool(self, name: str) -> bool:
         tdef = self.tools.get(name)

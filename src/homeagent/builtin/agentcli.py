@@ -38,6 +38,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from homeagent.childenv import scrubbed_env
 from homeagent.config.values import format_duration, parse_duration
 from homeagent.sdk.api import PluginSDK
 from homeagent.sdk.types import ConfigDef, ToolDef
@@ -338,7 +339,7 @@ class AgentCLIPlugin:
         try:
             os.set_blocking(master, False)
             t.set_size(t.rows, t.cols)
-            env = dict(os.environ)
+            env = scrubbed_env()  # no LLM keys or tokens for whatever runs in the terminal
             env.setdefault("TERM", "xterm-256color")
             env["COLUMNS"], env["LINES"] = str(t.cols), str(t.rows)
 

@@ -10,16 +10,20 @@
   known key suggested) unless it already has a stored value.
 * ``config_batch_set`` validates every item first and writes only when all of
   them pass; if storing fails half-way, what was written is put back.
-* Keys matching ``protected_keys`` (by default the settings that confine the
-  files and cmd plugins, the web UI's login and cfgmgr's own settings) cannot
-  be written by the model: otherwise it could lift its own sandbox. The user
-  changes them in the web UI or with ``homeagent config set``.
+* The model never widens its own powers: a setting whose ConfigDef is
+  ``owner_only`` (it starts a process, loads code, moves a confined folder,
+  widens exposure or redirects the LLM and its key) is refused, whichever way
+  it is named (full key, ``core.``-less alias, ``plugin.``-qualified or not,
+  alone or in a batch). So is a key with no definition loaded (a stopped
+  plugin's), because nothing says whether it is safe, and any key matching the
+  owner's extra ``protected_keys`` patterns or cfgmgr's own settings. The
+  owner changes them in the web UI or with ``homeagent config set``; those
+  paths do not go through this plugin.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -32,12 +36,10 @@ from homeagent.sdk.types import ConfigDef, ToolDef
 if TYPE_CHECKING:
     from homeagent.plugins.registry import PluginRegistry
 
-__all__ = ["DEFAULT_PROTECTED", "ConfigManager", "create_plugin"]
+__all__ = ["DEFAULT_PROTECTED", "ConfigManager", "create_plugin", "owner_only_message"]
 
-DEFAULT_PROTECTED = (
-    "core.agent.workdir, plugin.files.dir, plugin.files.read_only, plugin.cmd.allow_list, plugin.cmd.deny_list, "
-    "plugin.cmd.allow_shell, plugin.webui.*, plugin.cfgmgr.*"
-)
+DEFAULT_PROTECTED = "plugin.webui.*"
+"""Extra patterns on top of the owner-only defs (the list of what widens powers lives in the ConfigDefs)."""
 SCOPES = ("core", "plugin")
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
@@ -67,9 +69,9 @@ class ConfigManager:
         self._sdk = sdk
         sdk.settings.register_def(ConfigDef(
             key="protected_keys", default=DEFAULT_PROTECTED, type="text", category="cfgmgr",
-            display_name="Keys the agent may not change",
-            description="Comma-separated keys or patterns (fnmatch, e.g. plugin.cmd.*) that config_set refuses. "
-                        "Change them in the web UI or with `homeagent config set`.",
+            display_name="More keys the agent may not change",
+            description="Comma-separated keys or patterns (fnmatch, e.g. plugin.cmd.*) that config_set refuses "
+                        "on top of every owner-only setting, which it always refuses.", owner_only=True,
         ))
         key_args = {"scope": _SCOPE, "key": {"type": "string", "description": "e.g. core.agent.max_tool_turns or "
                                                                                  "timer.max_duration"}}
@@ -79,7 +81,8 @@ class ConfigManager:
                      no_memory=True), self._list_plugins),
             (ToolDef(name="config_get", description="Read one setting (secrets masked) with its type and default.",
                      parameters=_obj(key_args, ["scope", "key"]), no_memory=True), self._get),
-            (ToolDef(name="config_set", description="Change one setting; the value is checked against its type.",
+            (ToolDef(name="config_set", description="Change one setting; the value is checked against its type. "
+                     "Owner-only settings (config_get shows owner_only) are refused: ask the owner.",
                      parameters=_obj({**key_args, "value": {"description": "the new value (text or JSON value)"}},
                                      ["scope", "key", "value"]),
                      serial=True, parallel_safe=False), self._set),
@@ -165,22 +168,28 @@ class ConfigManager:
             out["secret"] = True
         if d.hidden:
             out["hidden"] = True
+        if d.owner_only:
+            out["owner_only"] = True
         return out
 
     def validate(self, qkey: str, value: Any) -> Any:
         """The value as it would be stored; raises _Refused (nothing is written)."""
+        try:
+            d = self._cfg.get_def(qkey)
+        except ConfigError as e:
+            raise _Refused(str(e)) from None
+        if d is not None and d.owner_only:
+            raise _Refused(owner_only_message(qkey))
         if self.protected(qkey):
-            raise _Refused(f"{qkey} is protected (setting plugin.{self.name}.protected_keys): the user can change it "
-                           "in the web UI or with `homeagent config set`")
-        d = self._cfg.get_def(qkey)
+            raise _Refused(f"{qkey} is protected (setting plugin.{self.name}.protected_keys), so the model may not "
+                           f"change it; the owner can, with `homeagent config set {qkey} <value>` or in the web UI")
         if d is None:
             if not self._cfg.has(qkey):
                 raise _Refused(str(self._cfg.unknown_key_error(qkey)))
-            try:
-                json.dumps(value)
-            except (TypeError, ValueError):
-                raise _Refused(f"{qkey}: a {type(value).__name__} cannot be stored") from None
-            return value
+            raise _Refused(f"{qkey} has no definition loaded (a stopped plugin's key, or one this version does "
+                           "not define), so nothing says whether "
+                           "changing it is safe and the model may not; the owner can, with "
+                           f"`homeagent config set {qkey} <value>` or in the web UI")
         try:
             return coerce(d, value)
         except ValueError as e:
@@ -281,6 +290,13 @@ class ConfigManager:
             return _err(f"storing failed ({e}); the settings written before it were restored")
         return {"status": "set", "count": len(planned),
                 "values": {k: self._cfg.masked(k, self._cfg.get(k)) for k, _ in planned}}
+
+
+def owner_only_message(qkey: str) -> str:
+    """What the model is told when it tries to change an owner-only setting."""
+    return (f"{qkey} is an owner-only setting (it starts processes, loads code, moves a confined folder, widens "
+            "access or redirects the LLM and its key), so the model's tools may not change it. Ask the owner: they "
+            f"can change it with `homeagent config set {qkey} <value>` or in the web UI's settings.")
 
 
 def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from homeagent.builtin.files import Confined, PathError
+from homeagent.childenv import scrubbed_env
 from homeagent.config.values import parse_duration
 from homeagent.sdk.api import PluginSDK
 from homeagent.sdk.types import ConfigDef, ToolDef
@@ -79,7 +80,6 @@ WRAPPERS = frozenset({"env", "nice", "nohup", "timeout", "stdbuf", "setsid", "ti
                       "taskset", "unbuffer", "flock", "script", "exec", "command", "builtin", "watch", "strace",
                       "ltrace", "chroot", "unshare", "nsenter", "runuser", "firejail", "systemd-run"})
 _EXPANSION_START = re.compile(r"[A-Za-z_0-9({@*#?$!-]")
-_SECRET_ENV = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|COOKIE|SESSION|AUTH", re.IGNORECASE)
 
 
 def _err(message: str) -> dict[str, Any]:
@@ -203,12 +203,6 @@ def shell_in(argv: list[str], resolved: str | None = None) -> tuple[str, str] | 
             if _base(word) not in WRAPPERS:
                 return None  # the wrapped program is neither a shell nor an interpreter
     return None
-
-
-def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a command gets: the daemon's minus credentials and HOMEAGENT_* variables."""
-    source = os.environ if env is None else env
-    return {k: v for k, v in source.items() if not k.startswith("HOMEAGENT_") and not _SECRET_ENV.search(k)}
 
 
 # ---------------------------------------------------------------- output capture
@@ -465,13 +459,14 @@ class CmdPlugin:
                       "(beginning and end kept).", min=256),
             ConfigDef(key="allow_list", default="", type="string", category="cmd", display_name="Allowed programs",
                       description="Comma-separated program names. When set, only these run (by bare name, found on "
-                      "PATH) and the deny-list is ignored.", placeholder="git,ls,cat,python3"),
+                      "PATH) and the deny-list is ignored.", placeholder="git,ls,cat,python3", owner_only=True),
             ConfigDef(key="deny_list", default=DEFAULT_DENY, type="string", category="cmd",
                       display_name="Denied programs", description="Comma-separated program names that never run. "
-                      "Not a sandbox: env, sh, python and friends can run anything; use the allow-list for that."),
+                      "Not a sandbox: env, sh, python and friends can run anything; use the allow-list for that.",
+                      owner_only=True),
             ConfigDef(key="allow_shell", default=False, type="bool", category="cmd", display_name="Allow shell",
                       description="Let the model pass shell: true to run the command with /bin/sh -c (pipes, "
-                      "redirections). The program lists then see only 'sh'."),
+                      "redirections). The program lists then see only 'sh'.", owner_only=True),
         ):
             s.register_def(d)
         sdk.register_tool(

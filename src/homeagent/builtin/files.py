@@ -16,6 +16,13 @@ absolute target or a chain) is refused; a component that changes between the
 ``stat`` and the ``open`` fails with ELOOP/ENOTDIR instead of escaping.
 Only regular files are read or written (no devices, FIFOs or sockets).
 
+Whatever the folder, writes never land where they would give the model new
+powers (:class:`WriteGuard`): the plugin and adapter folders (code the daemon
+loads) and the rest of the data directory (``config.db``, the ``core.llm``
+snapshot, other plugins' data), except the plugin's own data folder and the
+knowledge base. The target is checked by name before any folder is created
+and again, by the real path of the opened parent folder, before the write.
+
 Writes are atomic: the new content goes to a temporary file in the same
 folder, is fsynced, gets the old file's mode, and replaces the old file with
 ``rename``; ``create`` uses ``link`` so that it never clobbers a file that
@@ -36,10 +43,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from homeagent.paths import DataPaths
 from homeagent.sdk.api import PluginSDK
 from homeagent.sdk.types import ConfigDef, ToolDef
 
-__all__ = ["Confined", "FilesPlugin", "PathError", "create_plugin"]
+__all__ = ["Confined", "FilesPlugin", "PathError", "WriteGuard", "create_plugin"]
 
 MAX_LINKS = 40
 DEFAULT_LS_LIMIT = 500
@@ -234,6 +242,48 @@ class Confined:
         return "/".join(parts) or "."
 
 
+@dataclass(frozen=True)
+class WriteGuard:
+    """Folders the files tools never write into, whatever their root (all paths resolved).
+
+    ``code`` (plugins, adapters) is refused outright; inside ``data`` only
+    ``allowed`` folders (the plugin's own data, the knowledge base) may be written.
+    """
+
+    code: tuple[Path, ...] = ()
+    data: Path | None = None
+    allowed: tuple[Path, ...] = ()
+
+    def reason(self, target: Path) -> str | None:
+        """Why writing ``target`` (a resolved absolute path) would widen the model's powers, or None."""
+        for folder in self.code:
+            if target.is_relative_to(folder):
+                return f"it is inside {folder}, which holds code the daemon loads"
+        if self.data is not None and target.is_relative_to(self.data):
+            if not any(target.is_relative_to(a) for a in self.allowed):
+                return f"it is inside the daemon's data folder {self.data} (settings, plugins, other plugins' data)"
+        return None
+
+    def check_name(self, root: Confined, path: str, shown: str) -> None:
+        """Refuse by the path as written, before the walk creates any folder."""
+        lexical = Path(os.path.normpath(os.path.join(root.real, *root.components(path))))
+        if lexical.is_relative_to(root.real):  # a path that leaves the root is the walk's to refuse
+            self._refuse(lexical, shown)
+
+    def check_fd(self, parent: int, name: str, shown: str) -> None:
+        """Refuse by where the opened parent folder really is (symlinks followed by the walk)."""
+        try:
+            real = Path(os.readlink(f"/proc/self/fd/{parent}")) / name
+        except OSError:
+            return  # no /proc: the name check stands alone
+        self._refuse(real, shown)
+
+    def _refuse(self, target: Path, shown: str) -> None:
+        why = self.reason(target)
+        if why is not None:
+            raise PathError(f"{shown!r} cannot be written: {why}. Only the owner may put files there.")
+
+
 # ---------------------------------------------------------------- file operations
 
 
@@ -368,8 +418,9 @@ def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
 class FilesPlugin:
     """The ``files`` tools over one confined folder; settings are read on every call."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, data_dir: Path | None = None) -> None:
         self.name = name
+        self._data_dir = data_dir
         self._sdk: PluginSDK | None = None
 
     # -- settings -----------------------------------------------------------
@@ -393,9 +444,34 @@ class FilesPlugin:
             return Confined.at(self._sdk.settings.data_dir(), create=True)
         return Confined.at(configured)
 
+    def write_guard(self) -> WriteGuard:
+        """Where writes are refused, from the daemon's data folder and the plugin-dir setting; does file I/O."""
+        assert self._sdk is not None
+        s = self._sdk.settings
+        data = self._data_dir or Path(str(s.get_core("core.daemon.data_dir", "") or "")) or None
+        code: list[Path] = []
+        plugin_dir = str(s.get_core("core.plugin.dir", "") or "").strip()
+        allowed = [Path(s.data_dir()).resolve()]
+        if data is not None and str(data):
+            # path settings are stored relative to the data dir: resolve them the way the daemon does
+            paths = DataPaths(Path(data).expanduser().resolve())
+            code += [paths.resolve(plugin_dir, paths.plugins).resolve(), paths.plugins, paths.adapters]
+            knowledge = str(s.get_core("core.knowledge.path", "") or "")
+            allowed.append(paths.resolve(knowledge, paths.knowledge).resolve())
+            return WriteGuard(tuple(code), paths.root, tuple(allowed))
+        if plugin_dir and Path(plugin_dir).expanduser().is_absolute():
+            code.append(Path(plugin_dir).expanduser().resolve())
+        return WriteGuard(tuple(code))
+
     async def _in_thread(self, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
         def run() -> dict[str, Any]:
             return fn(self.confined(), *args)
+
+        return await asyncio.to_thread(run)
+
+    async def _writing(self, fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+        def run() -> dict[str, Any]:
+            return fn(self.confined(), self.write_guard(), *args)
 
         return await asyncio.to_thread(run)
 
@@ -408,7 +484,7 @@ class FilesPlugin:
             key="dir", default="", type="string", category="files", display_name="Folder",
             description="The only folder the files tools may touch (absolute path). Empty: the plugin's own data "
                         "folder. Setting it to / gives the model your whole file system.",
-            placeholder="/home/me/notes",
+            placeholder="/home/me/notes", owner_only=True,
         ))
         s.register_def(ConfigDef(
             key="max_file_bytes", default=10_000_000, type="int", category="files", display_name="Largest file",
@@ -416,7 +492,7 @@ class FilesPlugin:
         ))
         s.register_def(ConfigDef(
             key="read_only", default=False, type="bool", category="files", display_name="Read only",
-            description="Refuse every write and edit.",
+            description="Refuse every write and edit.", owner_only=True,
         ))
         n = self.name
         tools: list[tuple[ToolDef, Handler]] = [
@@ -490,7 +566,7 @@ class FilesPlugin:
         line = args.get("line")
         if mode == "insert" and line is None:
             return _err("mode insert needs `line` (1-based line to insert before)")
-        return await self._in_thread(
+        return await self._writing(
             write_text, str(args["path"]), str(args["content"]), mode, int(line or 0),
             self._int("max_file_bytes", 10_000_000),
         )
@@ -498,8 +574,8 @@ class FilesPlugin:
     async def _edit(self, args: dict[str, Any]) -> Any:
         if self._setting("read_only", False):
             return _err(f"the {self.name} folder is read-only (setting read_only)")
-        return await self._in_thread(edit_text, str(args["path"]), list(args["edits"]),
-                                     self._int("max_file_bytes", 10_000_000))
+        return await self._writing(edit_text, str(args["path"]), list(args["edits"]),
+                                   self._int("max_file_bytes", 10_000_000))
 
     async def _ls(self, args: dict[str, Any]) -> Any:
         limit = min(MAX_LS_LIMIT, int(args.get("limit") or DEFAULT_LS_LIMIT))
@@ -546,14 +622,17 @@ def read_text(root: Confined, path: str, offset: int, limit: int, max_bytes: int
     }
 
 
-def write_text(root: Confined, path: str, content: str, mode: str, line: int, max_bytes: int) -> dict[str, Any]:
+def write_text(root: Confined, guard: WriteGuard, path: str, content: str, mode: str, line: int,
+               max_bytes: int) -> dict[str, Any]:
     shown = root.display(path)
     if mode not in ("overwrite", "append", "insert", "create"):
         raise PathError(f"unknown mode {mode!r}; use overwrite, append, insert or create")
+    guard.check_name(root, path, shown)
     parent, name = root.walk(path, make_dirs=True)
     try:
         if name is None:
             raise PathError(f"{shown!r} is a folder, not a file")
+        guard.check_fd(parent, name, shown)
         old, file_mode = _existing(parent, name, shown, max_bytes)
         if mode == "create" and old is not None:
             raise PathError(f"{shown!r} already exists (mode create never overwrites)")
@@ -577,12 +656,15 @@ def write_text(root: Confined, path: str, content: str, mode: str, line: int, ma
     return {"path": shown, "mode": mode, "bytes": len(data), "created": old is None}
 
 
-def edit_text(root: Confined, path: str, edits: list[Mapping[str, Any]], max_bytes: int) -> dict[str, Any]:
+def edit_text(root: Confined, guard: WriteGuard, path: str, edits: list[Mapping[str, Any]],
+              max_bytes: int) -> dict[str, Any]:
     shown = root.display(path)
+    guard.check_name(root, path, shown)
     parent, name = root.walk(path)
     try:
         if name is None:
             raise PathError(f"{shown!r} is a folder, not a file")
+        guard.check_fd(parent, name, shown)
         old, file_mode = _existing(parent, name, shown, max_bytes)
         if old is None:
             raise PathError(f"{shown!r} does not exist")
@@ -618,4 +700,5 @@ def list_dir(root: Confined, path: str, limit: int) -> dict[str, Any]:
 
 
 def create_plugin(name: str, config: Mapping[str, Any]) -> FilesPlugin:
-    return FilesPlugin(name)
+    data_dir = getattr(config.get("services"), "data_dir", None)
+    return FilesPlugin(name, Path(data_dir) if data_dir is not None else None)

@@ -303,7 +303,7 @@ class MCPPlugin:
         s = sdk.settings
         s.register_def(ConfigDef(key="servers", default="[]", type="json", category="mcp", display_name="MCP servers",
                                  description='JSON list: [{"name": "fs", "command": "npx", "args": [...], "env": {}}, '
-                                             '{"name": "web", "url": "http://host/mcp"}]'))
+                                             '{"name": "web", "url": "http://host/mcp"}]', owner_only=True))
         s.register_def(ConfigDef(key="connect_timeout", default="30s", type="duration", category="mcp",
                                  display_name="Connect timeout", description="Time allowed to start and list tools."))
         s.register_def(ConfigDef(key="call_timeout", default="2m", type="duration", category="mcp",

@@ -1,8 +1,17 @@
-"""Built-in ``pluginmgr``: lets the agent install, inspect, remove and reload plugins.
+"""Built-in ``pluginmgr``: lets the agent inspect, disable and reload plugins.
 
 It is an ordinary plugin created by a factory (the same path external Python
 plugins take); the host passes it the registry in ``config["registry"]``.
 Every failure comes back to the model as ``{"isError": true, "content": …}``.
+
+Installing, removing and enabling a plugin start (or swap) code that runs as
+the owner, so the model may not do them: a prompt-injected turn could
+otherwise write a plugin folder and install it. Until an approval flow exists
+the tools answer with a refusal that tells the model what to ask the owner to
+run (``homeagent plugin install …`` or the web UI's Plugins page). For the same
+reason ``plgreload`` reloads only plugins that are already loaded: a folder
+that appeared since is started by the owner's ``homeagent plugin reload``.
+Disabling (which only narrows what runs) stays available.
 """
 
 from __future__ import annotations
@@ -25,6 +34,14 @@ _NAME = {
 
 def _error(exc: Exception) -> dict[str, Any]:
     return {"isError": True, "content": str(exc) or type(exc).__name__}
+
+
+def owner_action(action: str, command: str) -> dict[str, Any]:
+    """The refusal the model gets for a plugin action only the owner may take."""
+    return {"isError": True, "content": (
+        f"{action} is the owner's decision: it would run new code as the owner, and the model may not do that "
+        f"(no approval flow exists yet, so it is refused). Ask the owner to run `{command}` or to use the "
+        "Plugins page of the web UI.")}
 
 
 def _brief(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,13 +72,14 @@ class PluginManager:
             return call
 
         async def install(args: dict[str, Any]) -> Any:
-            return await reg.install(str(args["url"]), upgrade=bool(args.get("upgrade", False)))
+            flag = " --upgrade" if args.get("upgrade") else ""
+            return owner_action("installing a plugin", f"homeagent plugin install{flag} {args['url']}")
 
         async def list_(_: dict[str, Any]) -> Any:
             return {"plugins": [_brief(p) for p in reg.list()]}
 
         async def remove(args: dict[str, Any]) -> Any:
-            return await reg.remove(str(args["name"]))
+            return owner_action("removing a plugin", f"homeagent plugin remove {args['name']}")
 
         async def info(args: dict[str, Any]) -> Any:
             return reg.info(str(args["name"]))
@@ -69,11 +87,16 @@ class PluginManager:
         async def reload(args: dict[str, Any]) -> Any:
             name = args.get("name")
             if name:
+                if reg.get(str(name)) is None:
+                    return owner_action(f"starting the new plugin folder {name!r}", f"homeagent plugin reload {name}")
                 return _brief(await reg.reload_one(str(name)))
-            return await reg.reload_all()
+            loaded = [p["name"] for p in reg.list() if not p.get("builtin") and reg.get(str(p["name"])) is not None]
+            reloaded = [_brief(await reg.reload_one(str(n))) for n in loaded]
+            return {"reloaded": reloaded, "note": "plugins already loaded were reloaded; new plugin folders are "
+                    "started only by the owner (`homeagent plugin reload`)"}
 
         async def enable(args: dict[str, Any]) -> Any:
-            return _brief(await reg.enable(str(args["name"])))
+            return owner_action("enabling a plugin", f"homeagent plugin enable {args['name']}")
 
         async def disable(args: dict[str, Any]) -> Any:
             if args["name"] == self.name:
@@ -84,7 +107,8 @@ class PluginManager:
             (
                 ToolDef(
                     name="plugin_install",
-                    description="Install a plugin package (.hmap) from an http(s) URL or a local path, then start it.",
+                    description="Ask for a plugin package (.hmap) to be installed: only the owner may install "
+                                "plugins, so this answers with the command for them to run.",
                     parameters={
                         "type": "object",
                         "properties": {
@@ -110,7 +134,7 @@ class PluginManager:
             (
                 ToolDef(
                     name="plugin_remove",
-                    description="Stop and uninstall a plugin.",
+                    description="Ask for a plugin to be uninstalled (the owner's decision; answers with the command).",
                     parameters=_NAME,
                     serial=True,
                     parallel_safe=False,
@@ -129,7 +153,8 @@ class PluginManager:
             (
                 ToolDef(
                     name="plgreload",
-                    description="Reload plugins from the plugins folder without restarting (one plugin when name is given).",
+                    description="Reload loaded plugins without restarting (one plugin when name is given); "
+                                "new plugin folders are started only by the owner.",
                     parameters={
                         "type": "object",
                         "properties": {"name": {"type": "string", "description": "optional plugin"}},
@@ -142,7 +167,8 @@ class PluginManager:
             (
                 ToolDef(
                     name="plugin_enable",
-                    description="Enable a disabled plugin and start it.",
+                    description="Ask for a disabled plugin to be enabled (the owner's decision; answers with the "
+                                "command).",
                     parameters=_NAME,
                     serial=True,
                     parallel_safe=False,

@@ -18,7 +18,9 @@ it forever.
 One scheduler task sleeps until the earliest due time (at most 30 s at a time,
 so a wall-clock jump is noticed) and is woken whenever the set of timers
 changes. ``max_duration`` (24h) bounds one-off timers; ``max_timers`` bounds
-how many may be active.
+how many may be active. ``min_interval`` (60s, owner-only) is the shortest
+gap a repeating timer may have: a prompt-injected ``* * * * * *`` would
+otherwise wake the agent (and spend LLM calls) every second, forever.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ LATE_AFTER = 2.0  # seconds past due before a firing is reported as late
 MAX_SLEEP = 30.0
 KEEP_DONE_DAYS = 30
 MAX_MESSAGE_CHARS = 2000
+CRON_SAMPLES = 200  # firings looked at to find a cron expression's shortest gap
 
 
 def _err(message: str) -> dict[str, Any]:
@@ -162,6 +165,23 @@ def next_cron(expr: str, after: float, zone: tzinfo | None) -> float:
     return float(nxt.timestamp())  # naive = local time; aware = its zone
 
 
+def shortest_cron_gap(expr: str, after: float, zone: tzinfo | None, samples: int = CRON_SAMPLES) -> float:
+    """The shortest time between two consecutive runs of ``expr`` among its next ``samples`` runs.
+
+    Every field repeats its pattern, so a burst (every second on Mondays) shows
+    up within the first runs of that burst; a few hundred runs are enough.
+    """
+    base = datetime.fromtimestamp(after, zone) if zone is not None else datetime.fromtimestamp(after)
+    it = croniter(expr, base)
+    last = float(it.get_next(datetime).timestamp())
+    gap = float("inf")
+    for _ in range(samples - 1):
+        nxt = float(it.get_next(datetime).timestamp())
+        gap = min(gap, nxt - last)
+        last = nxt
+    return gap
+
+
 def parse_at(text: str, zone: tzinfo | None) -> float:
     try:
         when = datetime.fromisoformat(text.strip())
@@ -215,6 +235,13 @@ class TimerPlugin:
     def _zone(self) -> tzinfo | None:
         return _zone(str(self._get("timezone", "")))
 
+    def _min_interval(self) -> float:
+        value = self._get("min_interval", "60s")
+        try:
+            return float(value) if isinstance(value, int | float) else parse_duration(str(value))
+        except ValueError:
+            return 60.0
+
     # -- lifecycle ------------------------------------------------------------
 
     async def start(self, sdk: PluginSDK) -> None:
@@ -229,6 +256,10 @@ class TimerPlugin:
         s.register_def(ConfigDef(key="timezone", default="", type="string", category="timer", display_name="Time zone",
                                  description="IANA zone for cron expressions and times without an offset "
                                              "(empty: the machine's local time).", placeholder="Europe/Berlin"))
+        s.register_def(ConfigDef(key="min_interval", default="60s", type="duration", category="timer",
+                                 display_name="Shortest repeat",
+                                 description="Shortest gap between two runs of a repeating (cron) timer the agent "
+                                             "sets; 0 = no limit.", min=0, owner_only=True))
         data_dir = s.data_dir()
         self._store = store = await asyncio.to_thread(TimerStore, data_dir / "timers.db")
         await asyncio.to_thread(store.prune, time.time() - KEEP_DONE_DAYS * 86400)
@@ -410,6 +441,13 @@ class TimerPlugin:
                 return _err(f"cron {spec!r} is not a valid cron expression (e.g. '*/15 * * * *' or '0 8 * * 1-5')")
             kind = "cron"
             due = next_cron(spec, now, zone)
+            floor = self._min_interval()
+            if floor > 0:
+                gap = await asyncio.to_thread(shortest_cron_gap, spec, now, zone)
+                if gap < floor:
+                    return _err(f"cron {spec!r} would run every {_human(gap)}; repeating timers may run at most "
+                                f"once every {_human(floor)} (min_interval, which only the owner can change with "
+                                "`homeagent config set plugin.timer.min_interval ...`)")
         if kind == "once":
             limit = self._max_duration()
             if due - now > limit + 0.5:

@@ -44,7 +44,7 @@ def graph_path(args: argparse.Namespace) -> Path:
 
     paths = paths_from(args)
     configured = _config_str(paths.config_db, "core.memory.graph")
-    return Path(configured).expanduser() if configured else paths.memory / "graph.db"
+    return paths.resolve(configured, paths.memory / "graph.db")
 
 
 # ------------------------------------------------------------------------- memory graph

@@ -44,7 +44,7 @@ def knowledge_root(args: argparse.Namespace) -> Path:
 
     paths = paths_from(args)
     configured = _config_str(paths.config_db, "core.knowledge.path")
-    return Path(configured).expanduser() if configured else paths.knowledge
+    return paths.resolve(configured, paths.knowledge)
 
 
 def _config_str(config_db: Path, key: str) -> str:

@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "homeagent.cli.knowledge_cmd",
         "homeagent.cli.plugin_cmd",
         "homeagent.cli.webui_cmd",
+        "homeagent.cli.backup_cmd",
     ):
         _register_optional(module_name, sub)
     return parser

@@ -462,6 +462,11 @@ def run_export(
                     role = {"agent": "assistant"}.get(role, role)
                     rec = {"role": role, "content": d.content, "timestamp": d.ts, "id": d.id, "layer": "documents",
                            "summary": d.summary, "tags": d.tags, "source": d.source}
+                    # the conversation structure, so that importing the export gives the same recall
+                    if d.speaker:
+                        rec["speaker"] = d.speaker
+                    if d.session:
+                        rec["session"] = d.session
                     sink.write(json.dumps(rec, ensure_ascii=False) + "\n")
                     n += 1
             finally:

@@ -116,7 +116,8 @@ def _local_config(args: argparse.Namespace) -> Any:
 
 
 def _plugins_dir(args: argparse.Namespace, config: Any) -> Path:
-    return Path(config.get_str("core.plugin.dir", str(_paths(args).plugins))).expanduser()
+    paths = _paths(args)
+    return paths.resolve(config.get_str("core.plugin.dir", ""), paths.plugins)
 
 
 def _builtin_names() -> set[str]:
@@ -185,7 +186,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     for key in keys:
         if item.get(key):
             print(f"{key + ':':<14}{item[key]}")
-    for key in ("tools", "stages", "channels", "cleaners", "capabilities", "tags", "warnings"):
+    for key in ("tools", "stages", "channels", "cleaners", "capabilities", "env", "tags", "warnings"):
         if item.get(key):
             print(f"{key + ':':<14}{', '.join(map(str, item[key]))}")
     skill = item.get("skill")

@@ -4,7 +4,9 @@ These definitions are the single source for validation, the web UI's settings
 page and docs/configuration.md. The keys follow the original HomeAgent, minus
 its Docker-agent keys; where the original's defaults were unsafe or assumed a
 particular vendor (a web UI on all interfaces, a DeepSeek source with no key)
-the defaults here are safe and vendor-neutral.
+the defaults here are safe and vendor-neutral. Settings marked ``owner_only``
+(processes, code, folders, exposure, LLM endpoints and keys) are never
+changed by the model's tools; see docs/security.md.
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ SOURCE_PREFIX = "core.llm.sources."
 SOURCE_FIELDS: dict[str, ConfigDef] = {
     d.key: d
     for d in (
-        ConfigDef("base_url", "", "string", "Base URL", "The provider's API root, e.g. https://api.example.com/v1."),
+        ConfigDef("base_url", "", "string", "Base URL", "The provider's API root, e.g. https://api.example.com/v1.",
+                  owner_only=True),
         ConfigDef("model", "", "string", "Model", "Model name sent to the provider."),
         ConfigDef("api_key", "", "password", "API key", "Key for the provider; stored locally, shown masked.",
-                  secret=True),
+                  secret=True, owner_only=True),
         ConfigDef("adapter", "", "string", "Adapter",
-                  "Lua adapter that speaks the provider's wire format (e.g. openai, deepseek, anthropic)."),
+                  "Lua adapter that speaks the provider's wire format (e.g. openai, deepseek, anthropic).",
+                  owner_only=True),
         ConfigDef("adapter_path", "", "string", "Adapter file",
-                  "Path to a custom .lua adapter; relative paths are under the data directory."),
+                  "Path to a custom .lua adapter; relative paths are under the data directory.", owner_only=True),
         ConfigDef("max_concurrent", 8, "int", "Max concurrent requests",
                   "Requests in flight to this source at once.", min=1, max=1024),
         ConfigDef("priority", 0, "int", "Priority", "Fallback order: larger is tried first."),
@@ -62,12 +66,30 @@ def _def(key: str, default: object, type_: str, category: str, name: str, descri
                      description=description, **kw)  # type: ignore[arg-type]
 
 
+#: Settings that name a place inside the data directory. Their defaults are relative
+#: (resolved against the data directory at use, ``DataPaths.resolve``), so a data
+#: directory that is moved, copied or restored from a backup uses its own files and
+#: never the original's; a user may still set an absolute path, which stays absolute.
+DATA_PATH_KEYS = (
+    "core.plugin.dir",
+    "core.memory.graph",
+    "core.memory.text",
+    "core.memory.documents",
+    "core.knowledge.path",
+    "core.log.path",
+)
+
+
 def core_defs(data_dir: Path) -> list[ConfigDef]:
-    """Every core setting, its default computed for ``data_dir``."""
+    """Every core setting, its default computed for ``data_dir``.
+
+    Only ``core.daemon.data_dir`` (informational; the daemon rewrites it at every
+    start) holds the absolute directory; the paths under it are stored relative.
+    """
     data = Path(data_dir)
 
     def p(*parts: str) -> str:
-        return str(data.joinpath(*parts))
+        return str(Path(*parts)) if parts else str(data)
 
     return [
         # ---- daemon
@@ -82,34 +104,37 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.log.backups", 5, "int", "daemon", "Rotated logs kept",
              "How many rotated log files are kept.", min=0, max=1000),
         _def("core.defaults.llm_endpoints", "", "string", "daemon", "Health-probe endpoints",
-             "Comma-separated URLs probed by the health check; empty = the sources' base URLs."),
+             "Comma-separated URLs probed by the health check; empty = the sources' base URLs.",
+             owner_only=True),
         # ---- paths
         _def("core.daemon.data_dir", p(), "string", "paths", "Data directory",
-             "Where HomeAgent keeps its database, memory, plugins and logs (informational; "
-             "change it with --data-dir or HOMEAGENT_DATA_DIR)."),
+             "Where HomeAgent keeps its database, memory, plugins and logs (informational: the daemon "
+             "writes it at every start; change it with --data-dir or HOMEAGENT_DATA_DIR).", owner_only=True),
         _def("core.plugin.dir", p("plugins"), "string", "paths", "Plugin directory",
-             "Installed plugins."),
+             "Installed plugins. Relative paths (like all paths below) are under the data directory.",
+             owner_only=True),
         _def("core.memory.graph", p("memory", "graph.db"), "string", "paths", "Knowledge graph",
-             "SQLite file of the long-term memory graph (L3)."),
+             "SQLite file of the long-term memory graph (L3).", owner_only=True),
         _def("core.memory.text", p("memory", "text"), "string", "paths", "Text log",
-             "Folder of the raw conversation text log."),
+             "Folder of the raw conversation text log.", owner_only=True),
         _def("core.memory.documents", p("memory", "documents"), "string", "paths", "Documents",
-             "Folder of the document store (L2)."),
+             "Folder of the document store (L2).", owner_only=True),
         _def("core.knowledge.path", p("knowledge"), "string", "paths", "Knowledge base",
-             "Folder of the curated knowledge base."),
-        _def("core.log.path", p("log"), "string", "paths", "Log directory", "Where log files are written."),
+             "Folder of the curated knowledge base.", owner_only=True),
+        _def("core.log.path", p("log"), "string", "paths", "Log directory", "Where log files are written.",
+             owner_only=True),
         # ---- llm
         _def("core.llm.provider", "", "string", "llm", "Provider",
              "Source to use first. Empty = automatic: environment variables, then configured sources "
              "(by priority), then the offline provider."),
         _def("core.llm.model", "", "string", "llm", "Model",
              "Model for the default source; empty = the source's own or the adapter's default."),
-        _def("core.llm.base_url", "", "string", "llm", "Base URL", "API root of the default source."),
+        _def("core.llm.base_url", "", "string", "llm", "Base URL", "API root of the default source.", owner_only=True),
         _def("core.llm.api_key", "", "password", "llm", "API key",
              "Key for the default source; empty = environment (HOMEAGENT_LLM_API_KEY, LLM_API_KEY, "
-             "DEEPSEEK_API_KEY).", secret=True),
+             "DEEPSEEK_API_KEY).", secret=True, owner_only=True),
         _def("core.llm.adapter", "", "string", "llm", "Adapter",
-             "Lua adapter of the default source; empty = chosen from the base URL."),
+             "Lua adapter of the default source; empty = chosen from the base URL.", owner_only=True),
         _def("core.llm.temperature", 0.7, "float", "llm", "Temperature", "Sampling temperature.",
              min=0, max=2, step=0.1),
         _def("core.llm.max_tokens", 4096, "int", "llm", "Max output tokens",
@@ -132,11 +157,14 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.agent.tool_timeout", "120s", "duration", "agent", "Tool timeout",
              "Time one tool call may take before it is cancelled.", min=0.1),
         _def("core.agent.workdir", "", "string", "agent", "Working directory",
-             "Working directory for commands run by the agent; empty = the data directory."),
+             "Working directory for commands run by the agent; empty = the data directory.",
+             owner_only=True),
+        # owner-only: an injected instruction stored here would persist into every future turn
         _def("core.agent.system_prompt", "", "text", "agent", "System prompt",
-             "Persona text; empty = the built-in text."),
+             "Persona text; empty = the built-in text.", owner_only=True),
         _def("core.agent.persona_file", "", "string", "agent", "Persona file",
-             "File whose text replaces the persona part of the system prompt; empty = none."),
+             "File whose text replaces the persona part of the system prompt; empty = none.",
+             owner_only=True),
         _def("core.defaults.openclaw_enabled", True, "bool", "agent", "OpenClaw skills",
              "Accept OpenClaw/ClawHub skill metadata (gating and aliases) in SKILL.md files."),
         # ---- memory
@@ -165,9 +193,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.memory.media.gc_interval", "6h", "duration", "memory", "Media GC interval",
              "How often the daemon runs a media GC pass (mark, sweep, repair, cap).", min=60),
         _def("core.agent.embedding_model_path", "", "string", "memory", "Embedding models",
-             "Comma list of word-vector / model2vec paths; empty = the built-in offline embedder."),
+             "Comma list of word-vector / model2vec paths; empty = the built-in offline embedder.",
+             owner_only=True),
         _def("core.agent.onnx_model_path", "", "string", "memory", "Parser model",
-             "Dependency-parse ONNX model; empty = rules only."),
+             "Dependency-parse ONNX model; empty = rules only.", owner_only=True),
         # ---- input processing
         _def("core.input_processing.image.fallback_provider", "", "string", "input", "Image provider",
              "Source used to describe images when the current model cannot see; empty = none."),
@@ -189,9 +218,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "Audio prompt", "Prompt used to turn audio into text."),
         # ---- web UI
         _def("webui.listen_addr", "127.0.0.1:8780", "string", "webui", "Listen address",
-             "host:port of the web UI and HTTP API. A non-loopback host also needs webui.allow_remote."),
+             "host:port of the web UI and HTTP API. A non-loopback host also needs webui.allow_remote.",
+             owner_only=True),
         _def("webui.allow_remote", False, "bool", "webui", "Allow remote access",
-             "Permit webui.listen_addr to bind to a non-loopback address."),
+             "Permit webui.listen_addr to bind to a non-loopback address.", owner_only=True),
     ]
 
 
@@ -217,6 +247,8 @@ def render_markdown_table(defs: list[ConfigDef], data_dir_placeholder: tuple[str
             type_ += " (" + "/".join(d.options) + ")"
         if d.is_secret:
             type_ += ", secret"
+        if d.owner_only:
+            type_ += ", owner-only"
         limits = []
         unit = "s" if d.type == "duration" else ""
         if d.min is not None:

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from homeagent.config.defaults import SOURCE_FIELDS, SOURCE_PREFIX, source_field_def
+from homeagent.config.defaults import DATA_PATH_KEYS, SOURCE_FIELDS, SOURCE_PREFIX, source_field_def
 from homeagent.config.values import (
     ConfigError,
     base_type,
@@ -71,9 +71,52 @@ def _m001_initial(db: sqlite3.Connection) -> None:
     db.execute("CREATE TABLE IF NOT EXISTS plugin_tables (plugin TEXT PRIMARY KEY, table_name TEXT NOT NULL UNIQUE)")
 
 
+def _inside(path: str, base: str) -> str | None:
+    """``path`` relative to ``base`` when it lies inside it (``"."`` for ``base`` itself), else None.
+
+    Compared as written (normalised) first, then with symlinks resolved, because
+    the original directory may be gone (moved) or reached through a link.
+    """
+    for p, b in ((os.path.normpath(path), os.path.normpath(base)),
+                 (os.path.realpath(path), os.path.realpath(base))):
+        if p == b:
+            return "."
+        if p.startswith(b.rstrip(os.sep) + os.sep):
+            return os.path.relpath(p, b)
+    return None
+
+
+def _m002_relative_data_paths(db: sqlite3.Connection) -> None:
+    """Rewrite absolute path settings that point inside their data directory as relative ones.
+
+    Versions before this one stored absolute defaults (``<data>/memory/graph.db``),
+    so a copied or restored data directory went on writing into the original.
+    "Their data directory" is the one recorded in ``core.daemon.data_dir`` when the
+    values were stored, and also the folder of this ``config.db`` now; a path that a
+    user pointed elsewhere stays absolute.
+    """
+    bases: list[str] = []
+    row = db.execute("SELECT value FROM config WHERE key = 'core.daemon.data_dir'").fetchone()
+    recorded = decode(row[0]) if row else None
+    if isinstance(recorded, str) and os.path.isabs(recorded):
+        bases.append(recorded)
+    file = next((r[2] for r in db.execute("PRAGMA database_list") if r[1] == "main"), "")
+    if file:
+        bases.append(os.path.dirname(file))
+    marks = ",".join("?" * len(DATA_PATH_KEYS))
+    for key, raw in db.execute(f"SELECT key, value FROM config WHERE key IN ({marks})", DATA_PATH_KEYS).fetchall():
+        value = decode(raw)
+        if not isinstance(value, str) or not os.path.isabs(value):
+            continue
+        relative = next((r for r in (_inside(value, b) for b in bases) if r is not None), None)
+        if relative is not None:
+            db.execute("UPDATE config SET value = ? WHERE key = ?", (encode(relative), key))
+
+
 # Append only; never edit or reorder a migration that has shipped.
 MIGRATIONS: list[tuple[str, Callable[[sqlite3.Connection], None]]] = [
     ("initial", _m001_initial),
+    ("relative data paths", _m002_relative_data_paths),
 ]
 
 

@@ -134,8 +134,10 @@ def record_to_draft(rec: dict[str, Any], now: float) -> DocDraft:
     """Validate one record; raises ValueError naming what is wrong."""
     role = rec.get("role")
     content = rec.get("content")
+    if role is None and rec.get("speaker") not in (None, ""):
+        role = "user"  # a chat export names its speakers, not roles: each speaker is a person talking
     if not isinstance(role, str) or not role.strip():
-        raise ValueError("missing 'role'")
+        raise ValueError("missing 'role' (or 'speaker')")
     if not isinstance(content, str):
         raise ValueError("missing 'content' (must be a string)")
     if not content.strip():

@@ -11,8 +11,8 @@ BFS (depth 2) and the facts are written under a token budget. The vector half
 has a time limit (0.5 s): a cold or busy embedder costs the turn its vector
 seeds, never its memory block.
 
-``jieba.analyse`` costs ~0.8 s to import and jieba's dictionary ~1 s to load:
-``start()`` warms both in a worker thread, and until then a simple
+jieba's dictionary costs ~0.5-1 s to load: ``start()`` warms it in a worker
+thread, and until then a simple
 bigram/word splitter stands in, so the first turn never waits for it.
 
 Entity names alone miss questions about the *relation*: after ``user
@@ -44,7 +44,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,43 +131,58 @@ def fallback_keywords(text: str, limit: int = 12) -> list[str]:
 
 
 class KeywordExtractor:
-    """jieba TF-IDF keywords, loaded once in a worker thread; the fallback splitter until then."""
+    """A message's keywords: its words ranked by TF-IDF, the IDF taken from jieba's own dictionary.
 
-    def __init__(self, top_k: int = 8) -> None:
+    Why not ``jieba.analyse.extract_tags``: importing it loads a second IDF
+    table and the part-of-speech tables (~95 MiB of an idle daemon's RSS,
+    ``bench/bench_footprint.py``) to rank a handful of words. The dictionary
+    the shared ``Analyzer`` loads anyway has each word's corpus frequency:
+    ``log(total / freq)`` ranks common words low the same way, and a word it
+    does not know (a name jieba's HMM found, "王医生") ranks highest, which is
+    what a graph seed should be. Loaded once in a worker thread (``warmup``);
+    the fallback splitter serves until then.
+    """
+
+    def __init__(self, top_k: int = 8, analyzer: Analyzer | None = None) -> None:
         self.top_k = top_k
-        self._extract: Callable[..., list[str]] | None = None
+        self._analyzer = analyzer or Analyzer()
+        self._dictionary: tuple[Mapping[str, int], float] | None = None
         self._lock = threading.Lock()
         self.load_seconds: float | None = None
 
     @property
     def ready(self) -> bool:
-        return self._extract is not None
+        return self._dictionary is not None
 
     def warmup(self) -> None:
         with self._lock:
-            if self._extract is not None:
+            if self._dictionary is not None:
                 return
             started = time.perf_counter()
-            import jieba
-            import jieba.analyse
-
-            jieba.setLogLevel(logging.WARNING)
-            jieba.initialize()
-            self._extract = jieba.analyse.extract_tags
+            freq, total = self._analyzer.dictionary()
+            self._dictionary = (freq, math.log(max(total, 2)))
             self.load_seconds = time.perf_counter() - started
-            log.debug("jieba keyword extraction ready in %.2f s", self.load_seconds)
+            log.debug("keyword extraction ready in %.2f s", self.load_seconds)
+
+    def _ranked(self, text: str) -> list[str]:
+        """Non-ASCII words of two or more characters, best TF-IDF first (ties: first seen first)."""
+        assert self._dictionary is not None
+        freq, log_total = self._dictionary
+        counts: dict[str, int] = {}
+        for word in self._analyzer.segment(text):
+            word = word.strip()
+            if len(word) >= 2 and not word.isascii() and any(ch.isalnum() for ch in word):
+                counts[word] = counts.get(word, 0) + 1
+        score = {w: n * (log_total - math.log(max(freq.get(w, 0), 1))) for w, n in counts.items()}
+        return sorted(counts, key=lambda w: -score[w])
 
     def keywords(self, text: str) -> list[str]:
         """Call from a worker thread; never loads jieba itself (``warmup`` does)."""
         text = text[:MAX_TEXT_CHARS]
-        if self._extract is None:
+        if self._dictionary is None:
             return fallback_keywords(text)
-        words = [
-            w
-            for w in self._extract(text, topK=self.top_k)
-            if w.strip() and w.lower() not in _STOP and w not in _ZH_STOP
-        ]
-        # English words are left to the splitter too: jieba's IDF table knows only Chinese.
+        words = [w for w in self._ranked(text) if w not in _ZH_STOP][: self.top_k]
+        # English words come from the splitter: the dictionary's frequencies are Chinese.
         for tok in fallback_keywords(text):
             if tok.isascii() and tok not in words:
                 words.append(tok)
@@ -401,9 +416,9 @@ class MemoryIndexer:
         self.max_vector_entities = max_vector_entities
         self.embed_batch = embed_batch
         self.vector_timeout = vector_timeout
-        self.keywords = keywords or KeywordExtractor()
         # Pass the daemon's shared analyzer: a private one loads a second jieba dictionary (~1 s, tens of MB).
         self.analyzer = analyzer or Analyzer(log=log)
+        self.keywords = keywords or KeywordExtractor(analyzer=self.analyzer)
         self.relations = RelationIndex(
             graph, embedder, self.analyzer, max_vectors=max_vector_relations, embed_batch=embed_batch
         )
@@ -653,8 +668,10 @@ class MemoryIndexer:
     ) -> None:
         """Remember what a tool fetched so this turn's prompt does not repeat it."""
         if result is not None:
+            # every entity the tool showed, not only its seeds: a relation seed found later this turn
+            # ("用户 --lives_in--> 上海") must not bring back an endpoint the tool already listed
             self._recalled_relations.update(r.id for r in result.relations)
-            self._recalled_entities.update(e.id for e in result.seeds)
+            self._recalled_entities.update(e.id for e in (*result.seeds, *result.entities))
         self._recalled_entities.update(entity_ids)
         self._recalled_relations.update(relation_ids)
 

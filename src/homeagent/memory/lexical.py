@@ -29,7 +29,7 @@ import threading
 import unicodedata
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -91,9 +91,9 @@ class Analyzer:
                     import jieba
 
                     jieba.setLogLevel(logging.WARNING)
-                    # jieba's global tokenizer, not a private ``jieba.Tokenizer()``: the indexer's keyword
-                    # extraction (``jieba.analyse``) loads that one anyway, and each copy of the dictionary
-                    # costs ~60 MiB of RSS (bench/bench_footprint.py --imports).
+                    # jieba's global tokenizer, not a private ``jieba.Tokenizer()``: a plugin or library that
+                    # calls ``jieba.lcut`` loads that one anyway, and each copy of the dictionary costs ~60 MiB
+                    # of RSS (bench/bench_footprint.py --imports).
                     tok = jieba.dt
                     # jieba reads its own cache (jieba.cache in the temp dir) with marshal.load on a file
                     # object, ~1.2 s and most of what the first reply waited for; marshal.loads of the bytes
@@ -121,6 +121,11 @@ class Analyzer:
 
                     self._stemmer = Stemmer.Stemmer("english")
         return self._stemmer
+
+    def dictionary(self) -> tuple[Mapping[str, int], int]:
+        """jieba's word frequencies and their total (loads the dictionary): an IDF for keyword ranking."""
+        tok = self._segmenter()
+        return tok.FREQ, int(tok.total)
 
     def segment(self, text: str) -> list[str]:
         """jieba words of ``text`` (used for keywords and by word-vector embedders)."""
@@ -359,6 +364,18 @@ class LexicalIndex:
                 return []
             return [(self._terms[tid], tf) for tid, tf in zip(terms[0], terms[1], strict=True)]
 
+    def _query_weights(self, query_tokens: Sequence[str]) -> dict[int, float]:
+        """``idf * qtf`` of each query term the index knows (locked by the caller)."""
+        n_live = len(self._row_of)
+        weights: dict[int, float] = {}
+        for term, qtf in Counter(query_tokens).items():
+            tid = self._vocab.get(term)
+            if tid is None or self._df[tid] <= 0:
+                continue
+            df = self._df[tid]
+            weights[tid] = math.log(1.0 + (n_live - df + 0.5) / (df + 0.5)) * qtf
+        return weights
+
     def scores(self, query_tokens: Sequence[str]) -> tuple[np.ndarray, list[str | None]]:
         """BM25 score of every row (0 for rows without a query term) and the row keys."""
         with self._lock:
@@ -370,15 +387,11 @@ class LexicalIndex:
             avgdl = max(self._total_len / n_live, 1e-9)
             doc_len = np.frombuffer(self._doc_len, dtype=np.float32)
             norm = self.k1 * (1.0 - self.b + self.b * doc_len / avgdl)
-            for term, qtf in Counter(query_tokens).items():
-                tid = self._vocab.get(term)
-                if tid is None or self._df[tid] <= 0:
-                    continue
-                df = self._df[tid]
-                idf = math.log(1.0 + (n_live - df + 0.5) / (df + 0.5))
+            for tid, weight in self._query_weights(query_tokens).items():
                 rows = np.frombuffer(self._post_docs[tid], dtype=np.int32)
                 tf = np.frombuffer(self._post_tfs[tid], dtype=np.float32)
-                contrib = (idf * qtf) * tf / (tf + norm[rows])
+                contrib = weight * tf / (tf + norm[rows])
+                # bincount over all rows beats a fancy-index add into them (2x on 100k rows with long postings)
                 scores += np.bincount(rows, weights=contrib, minlength=n_rows).astype(np.float32)
                 del rows, tf
             del doc_len
@@ -414,9 +427,35 @@ class LexicalIndex:
             return np.fromiter((self._row_of.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
 
     def score_array(self, query_tokens: Sequence[str], keys: Sequence[str]) -> np.ndarray:
-        """BM25 scores of ``keys`` as an array (0 for unknown keys)."""
-        scores, _ = self.scores(query_tokens)
-        return pick(scores, self.rows(keys))
+        """BM25 scores of ``keys`` as an array (0 for unknown keys).
+
+        A few keys out of many (the prompt recall's dozen hits in 100k
+        documents) are scored from their own term lists instead of scoring
+        every row: the same numbers, without the work over every posting.
+        """
+        if len(keys) * 64 >= len(self._keys):
+            scores, _ = self.scores(query_tokens)
+            return pick(scores, self.rows(keys))
+        out = np.zeros(len(keys), dtype=np.float32)
+        with self._lock:
+            n_live = len(self._row_of)
+            if n_live == 0 or not query_tokens:
+                return out
+            weights = self._query_weights(query_tokens)
+            avgdl = max(self._total_len / n_live, 1e-9)
+            for i, key in enumerate(keys):
+                row = self._row_of.get(key)
+                terms = self._doc_terms[row] if row is not None else None
+                if terms is None or row is None:
+                    continue
+                norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[row] / avgdl)
+                total = 0.0
+                for tid, tf in zip(terms[0], terms[1], strict=True):
+                    weight = weights.get(tid)
+                    if weight is not None:
+                        total += weight * tf / (tf + norm)
+                out[i] = total
+        return out
 
     def stats(self) -> dict[str, Any]:
         with self._lock:

@@ -330,10 +330,18 @@ class LuaPlugin:
     def _h_get(self, scope: str, plugin: str, key: str) -> Any:
         settings = self._settings()
         if scope == "core":
-            return settings.get_core(key)
-        if scope == "plugin":
-            return settings.get_plugin(plugin, key)
+            return self._shown(settings, key, settings.get_core(key))
+        if scope == "plugin" and plugin != self.name:
+            return self._shown(settings, f"plugin.{plugin}.{key}", settings.get_plugin(plugin, key))
         return settings.get(key)
+
+    @staticmethod
+    def _shown(settings: SettingsAPI, qkey: str, value: Any) -> Any:
+        """A core or other plugin's setting as a sandboxed plugin may see it: secrets masked (LLM keys stay home)."""
+        if value is None:
+            return value
+        masked = settings.dump(mask_secrets=True)
+        return masked.get(qkey, value)
 
     def _h_set(self, scope: str, plugin: str, key: str, value: Any) -> Any:
         settings = self._settings()

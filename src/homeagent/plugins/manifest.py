@@ -4,6 +4,12 @@ Every problem in a manifest is collected and reported at once (a user fixing
 a hand-written file should not have to iterate one error at a time). Unknown
 fields are kept (``extra``) so a newer manifest still loads in an older host.
 The ``entry`` decides how the plugin is loaded (see :func:`entry_kind`).
+
+``env`` lists environment variables a subprocess plugin needs although they
+look like credentials (``OPENAI_API_KEY``): every other credential is kept
+from plugin processes (see :mod:`homeagent.childenv`). The owner sees the
+list in ``homeagent plugin info`` and grants it by installing the plugin.
+``HOMEAGENT_*`` variables are the daemon's own and cannot be asked for.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from homeagent.childenv import DAEMON_PREFIX, ENV_NAME
 
 __all__ = [
     "KNOWN_PLATFORMS",
@@ -36,7 +44,7 @@ _SKILL_ENTRIES = ("SKILL.md", "skill.md")
 
 _REQUIRED = ("name", "version", "entry")
 _STRINGS = ("description", "author", "license", "homepage", "repository", "min_version")
-_LISTS = ("capabilities", "platforms", "tags")
+_LISTS = ("capabilities", "platforms", "tags", "env")
 
 
 class ManifestError(ValueError):
@@ -98,6 +106,7 @@ class Manifest:
     capabilities: tuple[str, ...] = ()
     platforms: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
     deprecated: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
@@ -166,6 +175,11 @@ class Manifest:
         entry = values.get("entry")
         if entry is not None:
             problems.extend(_entry_problems(entry))
+        for var in values.get("env", ()):
+            if not ENV_NAME.match(var):
+                problems.append(f"env: {var!r} is not an environment variable name (letters, digits, '_')")
+            elif var.startswith(DAEMON_PREFIX):
+                problems.append(f"env: {var!r} is the daemon's own setting and is never passed to plugins")
         for platform in values.get("platforms", ()):
             if platform not in KNOWN_PLATFORMS:
                 problems.append(f"platforms: unknown platform {platform!r} (known: {', '.join(KNOWN_PLATFORMS)})")
@@ -216,6 +230,8 @@ class Manifest:
             out["repository"] = self.repository
         if self.deprecated:
             out["deprecated"] = True
+        if self.env:
+            out["env"] = list(self.env)
         return out
 
     def compatibility_problems(self, host_version: str) -> list[str]:

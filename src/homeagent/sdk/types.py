@@ -157,6 +157,12 @@ class ConfigDef:
     ``type`` is one of string, int, float, number, bool, boolean, duration,
     password, select, text, json. ``secret`` values are masked wherever they
     are shown and never logged (``password`` implies ``secret``).
+
+    ``owner_only`` marks a setting that starts a process, loads code, moves a
+    confinement root or widens what is exposed (MCP servers, program lists,
+    folders, listen addresses, LLM endpoints and keys): the model's tools can
+    read it but never change it, so a prompt-injected turn cannot widen its own
+    powers. The owner changes it with ``homeagent config set`` or the web UI.
     """
 
     key: str
@@ -173,6 +179,7 @@ class ConfigDef:
     required: bool = False
     secret: bool = False
     hidden: bool = False
+    owner_only: bool = False
 
     @property
     def is_secret(self) -> bool:

@@ -45,7 +45,7 @@ def webui_defs() -> list[ConfigDef]:
             "SHA-256 of the API token; rotate with `homeagent webui token`.",
             category="webui",
             secret=True,
-            hidden=True,
+            hidden=True, owner_only=True,
         ),
         ConfigDef(
             "session_ttl_hours",
@@ -55,7 +55,7 @@ def webui_defs() -> list[ConfigDef]:
             "Hours a browser sign-in stays valid.",
             category="webui",
             min=1,
-            max=24 * 365,
+            max=24 * 365, owner_only=True,
         ),
         ConfigDef(
             "max_upload_mb",

@@ -31,7 +31,6 @@ import collections
 import contextlib
 import logging
 import os
-import re
 import shlex
 import sys
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from homeagent import __version__
+from homeagent.childenv import scrubbed_env
 from homeagent.plugins.manifest import Manifest, entry_kind
 from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, ConnectionStats, Pipes, PluginGone
@@ -55,9 +55,6 @@ if TYPE_CHECKING:
 __all__ = ["LaunchError", "ProcOptions", "ProcPlugin", "command_for", "is_process_manifest", "make_loader"]
 
 log = logging.getLogger("homeagent.plugins.proc")
-
-_SECRET_ENV = re.compile(r"API_?KEY|TOKEN|SECRET|PASSW", re.IGNORECASE)
-
 
 class LaunchError(RuntimeError):
     """The plugin process could not be started or did not complete the handshake."""
@@ -123,9 +120,9 @@ def command_for(folder: Path, manifest: Manifest, python: str = sys.executable) 
     raise ValueError(f"entry {entry!r} is not executable; run: chmod +x {path}")
 
 
-def _child_env(name: str, folder: Path, python: str) -> dict[str, str]:
-    """The daemon's environment minus anything that looks like a credential, plus the plugin's identity."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+def _child_env(name: str, folder: Path, python: str, keep: tuple[str, ...] = ()) -> dict[str, str]:
+    """The daemon's environment minus credentials (bar those the manifest's ``env`` names), plus the plugin's identity."""
+    env = scrubbed_env(keep=keep, keep_prefixes=("HOMEAGENT_PLUGIN_",))
     env.update(
         HOMEAGENT_PLUGIN_NAME=name,
         HOMEAGENT_PLUGIN_DIR=str(folder),
@@ -294,7 +291,7 @@ class ProcPlugin(Plugin):
                 self.name,
                 self.argv,
                 cwd=self.folder,
-                env=_child_env(self.name, self.folder, self.options.python),
+                env=_child_env(self.name, self.folder, self.options.python, self.manifest.env),
                 on_stdout=on_stdout,
                 on_exit=self._on_exit,
                 logger=self.log,
