@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from homeagent.cli.client import Client
 from homeagent.config import ConfigRegistry, core_defs
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
@@ -27,8 +31,8 @@ def set_config(data_dir: Path, key: str, value: Any) -> None:
         reg.close()
 
 
-async def tool(daemon: Daemon, name: str, **args: Any) -> Any:
-    result = await daemon.tools.execute(ToolCall(id=f"c{next(_ids)}", name=name, arguments=args))
+async def tool(daemon: Daemon, tool_name: str, /, **args: Any) -> Any:
+    result = await daemon.tools.execute(ToolCall(id=f"c{next(_ids)}", name=tool_name, arguments=args))
     return result.result
 
 
@@ -184,3 +188,30 @@ async def test_an_unusable_media_folder_leaves_the_daemon_running_on_text(data_d
         assert doc["ok"]
     finally:
         await d.stop()
+
+
+async def test_gc_drops_references_whose_owner_is_gone(daemon: Daemon) -> None:
+    assert daemon.media is not None
+    digest = (await daemon.media.aput_bytes(PNG, description="the lake at dawn")).info.digest
+    moved = await tool(daemon, "doc_commit", content="Photo from the lake trip", media_digests=[digest])
+    archived = await tool(daemon, "doc_commit", content="Another note on the lake", media_digests=[digest])
+    fact = await tool(
+        daemon, "memory_commit",
+        triples=[{"subject": "Lake Aral", "relation": "visited_by", "object": "me", "media_digests": [digest]}],
+    )  # fmt: skip
+    assert moved["ok"] and archived["ok"] and fact["ok"] and len(await daemon.media.arefs_of(digest)) == 3
+    recalled = await tool(daemon, "doc_query", query="photo from the lake trip", top_k=1)
+    assert [d["id"] for d in recalled["documents"]] == [moved["id"]]  # now in the conversation window
+    assert await daemon.docs.aremove(archived["id"])  # what the archive loop does after distilling it
+    assert (await tool(daemon, "memory_delete_entity", name="Lake Aral"))["ok"]
+
+    client = await Client.connect(daemon.paths.socket)
+    try:
+        report = await client.call("media.gc", {"min_age": 0})
+    finally:
+        await client.close()
+    assert report["refs_dropped"] == 2 and report["swept"] == 0
+    assert await daemon.media.arefs_of(digest) == [
+        {"owner_kind": "document", "owner_id": moved["id"], "created": pytest.approx(time.time(), abs=60)}
+    ]
+    assert await daemon.media.aget(digest) == PNG

@@ -53,6 +53,7 @@ from homeagent.memory.lexical import Analyzer
 from homeagent.memory.loops import MemoryLoops
 from homeagent.memory.media import MediaAPI, MediaError, MediaGCLoop, MediaStore
 from homeagent.memory.media.api import OFF as MEDIA_OFF
+from homeagent.memory.media.owners import MediaOwners
 from homeagent.memory.social import Social
 from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog
@@ -362,8 +363,13 @@ class Daemon:
             log.error("%s", note)
             self.notes.append(note)
             return
-        self.media_gc = MediaGCLoop(self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"))
+        self.media_gc = MediaGCLoop(
+            self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"), owners=self._media_owners()
+        )
         self.media_gc.start()
+
+    def _media_owners(self) -> MediaOwners:
+        return MediaOwners(documents=self.docs, window=self.context, graph=self.graph)
 
     async def _open_store(self, path: Path, label: str, opener: Callable[[], Awaitable[_S]], *, kept: str) -> _S:
         """Open a SQLite store; a corrupt file is set aside (never deleted) and a fresh one opened.
@@ -539,7 +545,7 @@ class Daemon:
                 "turn it on with `homeagent config set core.memory.media.enabled true` and restart"
             )
         try:
-            return await MediaAPI(media).methods()[method](params)
+            return await MediaAPI(media, self._media_owners()).methods()[method](params)
         except (MediaError, ValueError) as exc:
             raise RPCError(str(exc)) from exc
 

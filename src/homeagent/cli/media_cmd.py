@@ -201,6 +201,7 @@ def _render_show(r: dict[str, Any]) -> str:
 
 def _render_gc(r: dict[str, Any]) -> str:
     lines = [
+        f"references dropped:  {r['refs_dropped']} (their document or sentence is gone)",
         f"marked unreferenced: {r['marked']} (cleared {r['unmarked']} now referenced)",
         f"swept:               {r['swept']} ({human(r['swept_bytes'])}) marked at least {r['min_age']:g}s ago",
         f"evicted for the cap: {r['cap_evicted']} ({human(r['cap_evicted_bytes'])})",

@@ -14,6 +14,7 @@ from typing import Any
 
 from homeagent.memory.media.errors import MediaError
 from homeagent.memory.media.markers import marker
+from homeagent.memory.media.owners import MediaOwners, gc_pass
 from homeagent.memory.media.store import MediaStore
 
 __all__ = ["OFF", "MediaAPI"]
@@ -25,8 +26,11 @@ OFF = "the media store is off"
 
 
 class MediaAPI:
-    def __init__(self, store: MediaStore) -> None:
+    """``owners`` (the daemon's stores) lets ``gc`` drop references whose owner is gone; the CLI alone has none."""
+
+    def __init__(self, store: MediaStore, owners: MediaOwners | None = None) -> None:
         self.store = store
+        self.owners = owners
 
     def methods(self) -> dict[str, Any]:
         """Socket method name → handler."""
@@ -46,7 +50,7 @@ class MediaAPI:
 
     async def gc(self, params: dict[str, Any]) -> dict[str, Any]:
         min_age = params.get("min_age")
-        report = await self.store.agc(None if min_age is None else float(min_age))
+        report = await gc_pass(self.store, self.owners, None if min_age is None else float(min_age))
         return {**report.to_dict(), "min_age": self.store.min_age if min_age is None else float(min_age)}
 
     async def add(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """The daemon's periodic media GC pass, so a store left running for years keeps to its cap and sheds strays.
 
-One pass (mark, sweep after ``gc_min_age``, repair, cap) every
+One pass (drop references whose owner is gone, mark, sweep after
+``gc_min_age``, repair, cap) every
 ``core.memory.media.gc_interval``, read again before each wait so a change
 applies at the next round. A failing pass is logged and retried after a
 longer wait (interval × 2ⁿ, at most × 16); it never stops the daemon.
@@ -12,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from homeagent.memory.media.owners import MediaOwners, gc_pass
 from homeagent.memory.media.store import MediaStore
 
 __all__ = ["MediaGCLoop"]
@@ -22,8 +24,16 @@ MAX_BACKOFF = 16
 
 
 class MediaGCLoop:
-    def __init__(self, store: MediaStore, interval: Callable[[], float], *, first_delay: float = 300.0) -> None:
+    def __init__(
+        self,
+        store: MediaStore,
+        interval: Callable[[], float],
+        *,
+        owners: MediaOwners | None = None,
+        first_delay: float = 300.0,
+    ) -> None:
         self.store = store
+        self.owners = owners
         self.interval = interval
         self.first_delay = first_delay
         self._task: asyncio.Task[None] | None = None
@@ -36,16 +46,17 @@ class MediaGCLoop:
         failures = 0
         while True:
             try:
-                report = await self.store.agc()
+                report = await gc_pass(self.store, self.owners)
             except Exception:
                 failures += 1
                 log.exception("media GC pass failed (attempt %d); retrying later", failures)
             else:
                 failures = 0
                 log.info(
-                    "media GC: %d swept (%d bytes), %d evicted for the cap, %d stored (%d bytes) in %.2fs",
-                    report.swept, report.swept_bytes, report.cap_evicted, report.present, report.present_bytes,
-                    report.seconds,
+                    "media GC: %d references of gone owners dropped, %d swept (%d bytes), %d evicted for the cap, "
+                    "%d stored (%d bytes) in %.2fs",
+                    report.refs_dropped, report.swept, report.swept_bytes, report.cap_evicted, report.present,
+                    report.present_bytes, report.seconds,
                 )
             await asyncio.sleep(max(60.0, self.interval()) * min(2**failures, MAX_BACKOFF))
 

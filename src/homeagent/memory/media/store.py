@@ -171,6 +171,7 @@ class PutResult:
 
 @dataclass
 class GCReport:
+    refs_dropped: int = 0
     marked: int = 0
     unmarked: int = 0
     swept: int = 0
@@ -576,6 +577,27 @@ class MediaStore:
                 ).rowcount
             return n
 
+    def ref_owners(self, created_before: float) -> dict[str, list[str]]:
+        """Owners (by kind) of references at least as old as ``created_before``: what the owner check looks at."""
+        out: dict[str, list[str]] = {}
+        for kind, owner in self._read(
+            "SELECT DISTINCT owner_kind, owner_id FROM refs WHERE created <= ? ORDER BY owner_kind, owner_id",
+            (created_before,),
+        ):
+            out.setdefault(kind, []).append(owner)
+        return out
+
+    def drop_owners(self, owner_kind: str, owner_ids: Sequence[str], created_before: float) -> int:
+        """Remove the references of owners that are gone (only those made before ``created_before``)."""
+        with self._tx() as conn:
+            return sum(
+                conn.execute(
+                    "DELETE FROM refs WHERE owner_kind = ? AND owner_id = ? AND created <= ?",
+                    (owner_kind, owner_id, created_before),
+                ).rowcount
+                for owner_id in owner_ids
+            )
+
     # -- GC --------------------------------------------------------------------------
     def mark(self) -> tuple[int, int]:
         """Phase one: stamp unreferenced blobs that have no stamp, clear stamps of referenced ones."""
@@ -768,6 +790,15 @@ class MediaStore:
 
     async def aremove_refs(self, owner_kind: str, owner_id: str, refs: Sequence[str] | None = None) -> int:
         return await asyncio.to_thread(self.remove_refs, owner_kind, owner_id, refs)
+
+    async def aref_owners(self, created_before: float) -> dict[str, list[str]]:
+        return await asyncio.to_thread(self.ref_owners, created_before)
+
+    async def adrop_owners(self, owner_kind: str, owner_ids: Sequence[str], created_before: float) -> int:
+        return await asyncio.to_thread(self.drop_owners, owner_kind, owner_ids, created_before)
+
+    def now(self) -> float:
+        return self._clock()
 
     async def agc(self, min_age: float | None = None) -> GCReport:
         return await asyncio.to_thread(self.gc, min_age)
