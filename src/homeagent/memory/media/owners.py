@@ -49,12 +49,20 @@ class MediaOwners:
     async def alive(self, owner_kind: str, ids: Sequence[str]) -> set[str]:
         """The ``ids`` of ``owner_kind`` that still exist (all of them for a kind that cannot be checked)."""
         if owner_kind == "document":
-            found = await self.documents.aexisting(ids)
-            in_window = {str(e.meta.get("doc_id")) for e in self.window.timeline() if e.meta.get("doc_id")}
-            return found | (set(ids) & in_window)
+            # window, store, window again: a document moving either way between them (doc_query adds it to
+            # the window before it leaves the store; pruning adds it to the store before it leaves the
+            # window) is seen in one of the three reads
+            before = self._in_window(ids)
+            stored = await self.documents.aexisting([i for i in ids if i not in before])
+            return before | stored | self._in_window(ids)
         if owner_kind == "graph_sentence":
             return await self.graph.live_sentences(ids)
         return set(ids)
+
+
+    def _in_window(self, ids: Sequence[str]) -> set[str]:
+        in_window = {str(e.meta.get("doc_id")) for e in self.window.timeline() if e.meta.get("doc_id")}
+        return set(ids) & in_window
 
 
 async def gc_pass(store: MediaStore, owners: MediaOwners | None, min_age: float | None = None) -> GCReport:
