@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import logging.handlers
@@ -52,6 +53,9 @@ from homeagent.memory.graph_tools import graph_tools
 from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.loops import MemoryLoops
+from homeagent.memory.media import MediaAPI, MediaError, MediaGCLoop, MediaStore
+from homeagent.memory.media.api import OFF as MEDIA_OFF
+from homeagent.memory.media.owners import MediaOwners
 from homeagent.memory.social import Social
 from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog
@@ -278,6 +282,7 @@ class Daemon:
             graph_path, "memory graph", lambda: GraphDB.open(graph_path),
             kept="documents, the conversation window and the text log are",
         )
+        await self._start_media()
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
@@ -286,8 +291,8 @@ class Daemon:
             self.paths.resolve(cfg.get_str("core.knowledge.path", ""), self.paths.knowledge), self.embedder
         )
         for definition, handler in (
-            *doc_tools(self.context, self.docs),
-            *graph_tools(self.graph, self.indexer, self.social),
+            *doc_tools(self.context, self.docs, media=self.media),
+            *graph_tools(self.graph, self.indexer, self.social, media=self.media),
             *knowledge_tools(self.knowledge),
         ):
             definition.plugin = definition.plugin or "memory"
@@ -339,6 +344,43 @@ class Daemon:
         # Loading models and dictionaries takes seconds: do it in the background so the socket is up at once.
         self._warmup = asyncio.get_running_loop().create_task(self._warm_memory(analyzer), name="memory-warmup")
 
+    async def _start_media(self) -> None:
+        """The media store when ``core.memory.media.enabled`` (read once, at start); else None and media is text."""
+        cfg = self.config
+        self.media: MediaStore | None = None
+        self.media_gc: MediaGCLoop | None = None
+        if not cfg.get_bool("core.memory.media.enabled", True):
+            log.info("media store off (core.memory.media.enabled); media stays text")
+            return
+        root = self.paths.memory / "media"
+
+        async def open_media() -> MediaStore:
+            return await asyncio.to_thread(
+                MediaStore,
+                root,
+                max_bytes=lambda: cfg.get_int("core.memory.media.max_bytes", 20 * 1024 * 1024),
+                cap=lambda: cfg.get_int("core.memory.media.cap", 1024 * 1024 * 1024),
+                min_age=lambda: cfg.get_duration("core.memory.media.gc_min_age", "24h"),
+            )
+
+        try:
+            self.media = await self._open_store(
+                root / "media.db", "media store", open_media,
+                kept="the media files (adopted again by the next GC pass) and every other memory are",
+            )
+        except (OSError, sqlite3.Error) as exc:  # unwritable, locked, a file where the folder should be
+            note = f"media store at {root} not available ({type(exc).__name__}: {exc}); media stays text"
+            log.error("%s", note)
+            self.notes.append(note)
+            return
+        self.media_gc = MediaGCLoop(
+            self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"), owners=self._media_owners()
+        )
+        self.media_gc.start()
+
+    def _media_owners(self) -> MediaOwners:
+        return MediaOwners(documents=self.docs, window=self.context, graph=self.graph)
+
     async def _open_store(self, path: Path, label: str, opener: Callable[[], Awaitable[_S]], *, kept: str) -> _S:
         """Open a SQLite store; a corrupt file is set aside (never deleted) and a fresh one opened.
 
@@ -383,6 +425,12 @@ class Daemon:
             await self.context.close()
         if hasattr(self, "indexer"):
             await self.indexer.close()
+        media_gc: MediaGCLoop | None = getattr(self, "media_gc", None)
+        if media_gc is not None:
+            await media_gc.stop()
+        media: MediaStore | None = getattr(self, "media", None)
+        if media is not None:
+            await media.aclose()
         if hasattr(self, "graph"):
             await self.graph.close()
         if hasattr(self, "docs"):
@@ -496,6 +544,20 @@ class Daemon:
         }
         for name, fn in methods.items():
             self.socket.add_method(name, fn)
+        for name in ("media.list", "media.show", "media.gc", "media.add"):
+            self.socket.add_method(name, functools.partial(self._rpc_media, name))
+
+    async def _rpc_media(self, method: str, params: dict[str, Any]) -> Any:
+        media = getattr(self, "media", None)
+        if media is None:
+            raise RPCError(
+                f"{MEDIA_OFF} (core.memory.media.enabled is false, or memory is still starting); "
+                "turn it on with `homeagent config set core.memory.media.enabled true` and restart"
+            )
+        try:
+            return await MediaAPI(media, self._media_owners()).methods()[method](params)
+        except (MediaError, ValueError) as exc:
+            raise RPCError(str(exc)) from exc
 
     async def _rpc_memory_search(self, params: dict[str, Any]) -> Any:
         query = str(params.get("query", ""))

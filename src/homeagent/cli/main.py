@@ -7,6 +7,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from homeagent import __version__
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("text", nargs="+")
     ask.add_argument("--json", action="store_true", help="print the whole result as JSON")
     ask.add_argument("--timeout", type=float, default=300.0)
+    ask.add_argument("--image", action="append", default=[], metavar="FILE",
+                     help="keep FILE in the media store and add its marker to the message (repeatable); "
+                     "the model reads the marker, not the pixels")
     ask.set_defaults(func=cmd_ask)
 
     chat = sub.add_parser("chat", help="interactive chat with streamed replies")
@@ -108,14 +112,20 @@ async def rpc(args: argparse.Namespace, method: str, params: dict[str, Any] | No
 
 def cmd_ask(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
+    images = [Path(f).expanduser().resolve() for f in args.image]  # the daemon reads them by absolute path
 
     async def go() -> dict[str, Any]:
         client = await Client.connect(paths_from(args).socket)
         try:
+            message = text
+            if images:
+                from homeagent.cli.media_cmd import attach_images
+
+                message = "\n".join([text, *await attach_images(client, images)])
             final: dict[str, Any] = {"ok": False, "error": "no response"}
             tools: list[dict[str, Any]] = []
             errors: list[str] = []
-            async for frame in client.chat(text):
+            async for frame in client.chat(message):
                 if frame["type"] == "tool_call":
                     tools.append({k: frame.get(k) for k in ("tool", "status", "result")})
                 elif frame["type"] == "error":

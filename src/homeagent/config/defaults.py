@@ -201,6 +201,19 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.memory.session_gap", "30m", "duration", "memory", "Conversation gap",
              "Silence after which the next message starts a new conversation session in document memory "
              "(turns are recalled together with their neighbours in the same session).", min=1),
+        _def("core.memory.media.enabled", True, "bool", "memory", "Media memory",
+             "Keep images and files the agent sees in the content-addressed media store (<data>/memory/media) "
+             "and let memory tools attach them by digest; off = media is only text. Read at start."),
+        _def("core.memory.media.max_bytes", 20 * 1024 * 1024, "int", "memory", "Largest media item",
+             "Bytes one image or file may have; a larger one is refused before it is read.", min=1),
+        _def("core.memory.media.cap", 1024 * 1024 * 1024, "int", "memory", "Media store size",
+             "Bytes the media store may hold; above it, media nothing references is evicted, least recently "
+             "used first (descriptions stay). 0 = no cap.", min=0),
+        _def("core.memory.media.gc_min_age", "24h", "duration", "memory", "Media GC grace",
+             "How long media must stay unreferenced, after a GC pass noticed it, before the next pass "
+             "evicts its bytes.", min=0),
+        _def("core.memory.media.gc_interval", "6h", "duration", "memory", "Media GC interval",
+             "How often the daemon runs a media GC pass (mark, sweep, repair, cap).", min=60),
         _def("core.agent.embedding_model_path", "", "string", "memory", "Embedding models",
              "Comma list of word-vector / model2vec paths; empty = the built-in offline embedder.",
              owner_only=True),

@@ -900,6 +900,15 @@ class DocumentStore:
     async def aremove(self, doc_id: str) -> bool:
         return await asyncio.to_thread(self.remove, doc_id)
 
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are documents now (the media GC asks whether a reference's owner still exists)."""
+        with self._lock:
+            self._check_open()
+            return self._existing(ids)
+
+    async def aexisting(self, ids: Sequence[str]) -> set[str]:
+        return await asyncio.to_thread(self.existing, ids)
+
     async def astats(self) -> dict[str, Any]:
         return await asyncio.to_thread(self.stats)
 

@@ -27,6 +27,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.types import Message, Receive
 
 from homeagent.io.manager import InputMessage, TurnResult
+from homeagent.memory.media import MediaError, marker
 from homeagent.sdk.types import InjectOptions
 from homeagent.webui.common import ApiError, Op, WebContext, field_str, ok, principal_of, query_int, read_object
 from homeagent.webui.sse import SSE_HEADERS, FrameQueue, frame_stream, sse
@@ -347,7 +348,11 @@ class ChatAPI:
         kind = "图片" if content_type.startswith("image/") else "文件"
         note = f"[用户通过 webui 发送了{kind}: {original} ({_human(size)})]\n文件已保存到: {dest}"
         log.info("upload saved: %s (%d bytes)", name, size)
+        media = await self._keep_media(dest, content_type, original)
+        if media is not None:
+            note += "\n" + media["marker"]
         return {
+            "media": media,
             "name": original,
             "saved_as": name,
             "path": str(dest),
@@ -356,6 +361,22 @@ class ChatAPI:
             "url": f"/api/v1/uploads/{name}",
             "note": note,
         }
+
+    async def _keep_media(self, path: Path, content_type: str, original: str) -> dict[str, Any] | None:
+        """Also keep the upload in the media store, so the model can attach it to memory by its digest.
+
+        Its marker goes into the note the model reads; the type in it is read
+        from the bytes, not from what the browser claimed. An upload the store
+        refuses (over its size limit, empty) is only a file, as before.
+        """
+        if self.ctx.media is None:
+            return None
+        try:
+            put = await self.ctx.media.aput_file(path, claimed_mime=content_type, source="webui", description=original)
+        except MediaError as exc:
+            log.info("upload %s not kept in the media store: %s", path.name, exc)
+            return None
+        return {**put.info.to_dict(), "marker": marker(put.info)}
 
     async def download(self, request: Request) -> Response:
         name = str(request.path_params.get("name", ""))

@@ -47,6 +47,7 @@ from homeagent.webui.auth import (
 from homeagent.webui.chat import ChatAPI
 from homeagent.webui.common import ApiError, Handler, Op, Principal, WebContext, all_ops
 from homeagent.webui.manage import ManageAPI
+from homeagent.webui.media import MediaRoutes
 from homeagent.webui.openai_compat import OpenAICompat
 from homeagent.webui.openapi import build_openapi
 from homeagent.webui.sse import StreamRegistry
@@ -349,7 +350,7 @@ def _router(ops: list[Op]) -> list[Route]:
 
 def build_app(ctx: WebContext, *, vendor: dict[str, Path] | None = None) -> tuple[Starlette, list[Op]]:
     pages = Pages(vendor)
-    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), OpenAICompat(ctx).ops()]
+    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), MediaRoutes(ctx).ops(), OpenAICompat(ctx).ops()]
     ops = all_ops(groups)
     schema: dict[str, Any] = {}
 
@@ -442,6 +443,7 @@ class WebUIServer:
             streams=StreamRegistry(),
             uploads_dir=Path(daemon.paths.root) / "uploads",
             turns=TurnSlots(lambda: config.get_int("plugin.webui.max_concurrent_turns", 8)),
+            media=daemon.media,
         )
         self.app, self.ops = build_app(self.ctx, vendor=vendor)
         self._server: _EmbeddedServer | None = None
