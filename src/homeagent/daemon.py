@@ -145,6 +145,9 @@ class Daemon:
             tool_timeout=lambda: cfg.get_duration("core.agent.tool_timeout", 120.0),
             temperature=lambda: cfg.get_float("core.llm.temperature", 0.7),
             max_tokens=lambda: cfg.get_int("core.llm.max_tokens", 4096),
+            proactive_channels=lambda: [
+                c.strip() for c in cfg.get_str("core.agent.proactive_channels", "cli,webui").split(",") if c.strip()
+            ],
         )
         self.runner = TurnRunner(
             stages=self.stages,

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
+from homeagent.agent.origin import TURN_ORIGIN
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
 from homeagent.agent.stages import StageHost
 from homeagent.agent.tools import ToolRegistry, result_text
@@ -51,7 +52,7 @@ from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import CONSOLIDATION_CHANNEL, InputMessage, TurnResult
 from homeagent.memory.textlog import TextLog
 from homeagent.providers.base import ChatRequest, ChatResponse, ProviderError, StreamChunk
-from homeagent.sdk.types import Stage, StageContext, ToolCall, ToolDef, ToolResult
+from homeagent.sdk.types import Origin, Stage, StageContext, ToolCall, ToolDef, ToolResult
 
 log = logging.getLogger("homeagent.agent")
 
@@ -71,6 +72,7 @@ class TurnSettings:
     tool_timeout: Callable[[], float] = lambda: 120.0
     temperature: Callable[[], float | None] = lambda: None
     max_tokens: Callable[[], int | None] = lambda: None
+    proactive_channels: Callable[[], list[str]] = lambda: []
 
     def read(self) -> TurnValues:
         return TurnValues(max(1, int(self.max_tool_turns())), float(self.tool_timeout()), self.temperature(),
@@ -180,6 +182,15 @@ class TurnRunner:
         self.events.publish(
             "raw_input", {"id": message.id, "text": message.text, "channel": message.channel, "source": message.source}
         )
+        # tools that arrange a later reply (timers) keep this, so it reaches the same chat
+        origin = TURN_ORIGIN.set(Origin(options.deliver_to or message.channel, options.user_id, options.group_id))
+        try:
+            return await self._run(ctx, turn)
+        finally:
+            TURN_ORIGIN.reset(origin)
+
+    async def _run(self, ctx: StageContext, turn: _Turn) -> TurnResult:
+        message = turn.message
         try:
             final = await self._pipeline(ctx, turn)
         except asyncio.CancelledError:
@@ -519,9 +530,31 @@ class TurnRunner:
             return
         if message.reply is not None or turn.consolidation or not result.text:
             return
-        if self.channels is not None and self.channels.get(message.channel) is not None:
-            meta = {"reply_to": message.id, "user_id": message.options.user_id, "group_id": message.options.group_id}
-            await self.channels.send(message.channel, result.text, meta)
+        await self._send_to_channel(message, result.text)
+
+    async def _send_to_channel(self, message: InputMessage, text: str) -> None:
+        """A reply nobody waits for (a plugin's input, a timer's turn) goes to an output channel.
+
+        To the channel the input asked for (``deliver_to``: where a timer was
+        set), else its own; when that is no output channel (an input on
+        ``timer``), to every channel of ``core.agent.proactive_channels`` that
+        exists; else only the text log and the event stream keep it, and the
+        log says so.
+        """
+        if self.channels is None:
+            return
+        options = message.options
+        wanted = options.deliver_to or message.channel
+        targets = [wanted] if self.channels.get(wanted) is not None else [
+            name for name in dict.fromkeys(self.settings.proactive_channels()) if self.channels.get(name) is not None
+        ]
+        for target in targets:
+            meta = {"reply_to": message.id, "user_id": options.user_id, "group_id": options.group_id,
+                    "proactive": target != message.channel, "source": message.source}
+            await self.channels.send(target, text, meta)
+        if not targets:
+            log.info("reply to input %s on channel %r reached no output channel (see core.agent.proactive_channels)",
+                     message.id, wanted)
 
 
 def _assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:

@@ -176,6 +176,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "Events the relevance pruner keeps in the context (newest 10 + most similar).", min=1),
         _def("core.agent.stage_timeout", "10s", "duration", "agent", "Stage handler timeout",
              "Time one plugin stage handler may take before it is cancelled.", min=0.1),
+        _def("core.agent.proactive_channels", "cli,webui", "string", "agent", "Proactive replies go to",
+             "Output channels (comma-separated) for a reply to an input that came from no output channel and "
+             "names none, such as a timer set by a plugin: it goes to each of them that exists. A timer set in "
+             "a chat answers in that chat.", owner_only=True),
         _def("core.agent.tool_timeout", "120s", "duration", "agent", "Tool timeout",
              "Time one tool call may take before it is cancelled.", min=0.1),
         _def("core.agent.workdir", "", "string", "agent", "Working directory",

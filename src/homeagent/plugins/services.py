@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from homeagent import __version__
+from homeagent.agent.origin import current_origin
 from homeagent.config.settings import PluginSettings
 from homeagent.sdk.api import (
     LLMAPI,
@@ -40,7 +41,7 @@ from homeagent.sdk.api import (
     Unregister,
     coerce_tool_def,
 )
-from homeagent.sdk.types import InjectOptions, OutputCap, Stage, StageHandler, TextCleaner, ToolDef, ToolHandler
+from homeagent.sdk.types import InjectOptions, Origin, OutputCap, Stage, StageHandler, TextCleaner, ToolDef, ToolHandler
 
 if TYPE_CHECKING:
     from homeagent.agent.prompt import PromptBuilder
@@ -374,6 +375,9 @@ class HostSDK(PluginSDK):
         if self._s.docs is None:
             raise ServiceUnavailable("document memory (L2)")
         return self._s.docs
+
+    def current_origin(self) -> Origin | None:
+        return current_origin()
 
     @property
     def social(self) -> SocialAPI:

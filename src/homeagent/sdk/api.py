@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from homeagent.sdk.types import (
     ConfigDef,
     InjectOptions,
+    Origin,
     OutputCap,
     Stage,
     StageHandler,
@@ -383,6 +384,16 @@ class PluginSDK(abc.ABC):
     @abc.abstractmethod
     def llm(self) -> LLMAPI:
         """LLM source management. Raises ServiceUnavailable when there is none."""
+
+    def current_origin(self) -> Origin | None:
+        """Where the input of the turn calling this came from (channel, user, group), or None outside a turn.
+
+        A tool that arranges a reply for later keeps it and passes it back as
+        ``InjectOptions(deliver_to=origin.channel, user_id=..., group_id=...)``,
+        so the later reply reaches the chat it was asked from. Subprocess
+        plugins get None (the origin does not cross the process boundary yet).
+        """
+        return None
 
     @property
     def social(self) -> SocialReadAPI:
