@@ -51,6 +51,7 @@ from typing import Any
 from homeagent.memory.media.blobs import CHUNK, BlobDir, BlobWriter
 from homeagent.memory.media.errors import MediaCorrupt, MediaError, MediaGone, MediaTooLarge, UnknownMedia
 from homeagent.memory.media.sniff import sniff_mime
+from homeagent.sqlite_tx import immediate
 
 __all__ = [
     "CAP_GRACE",
@@ -256,13 +257,8 @@ class MediaStore:
         with self._lock:
             if self._closed:
                 raise MediaError("the media store is closed")
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+            with immediate(self._conn) as conn:
+                yield conn
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         with self._lock:
