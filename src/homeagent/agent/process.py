@@ -42,6 +42,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from homeagent.agent.gate import ToolGate
 from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
 from homeagent.agent.stages import StageHost
@@ -150,6 +151,7 @@ class TurnRunner:
         settings: TurnSettings | None = None,
         tool_filter: Callable[[ToolDef], bool] | None = None,
         slot: LLMSlot | None = None,
+        gate: ToolGate | None = None,
     ) -> None:
         self.stages = stages
         self.tools = tools
@@ -162,6 +164,7 @@ class TurnRunner:
         self.settings = settings or TurnSettings()
         self.tool_filter = tool_filter
         self.slot = slot or LLMSlot()
+        self.gate = gate
         self._tools_cache: tuple[int, list[ToolDef], list[dict[str, Any]]] | None = None
 
     # ------------------------------------------------------------------
@@ -274,7 +277,7 @@ class TurnRunner:
             results = await self._run_tools(ctx, turn, calls, messages)
             if ctx.response is not None:
                 return ctx.response
-            if all(r.status == "denied" for r in results):
+            if all(r.status == "denied" and not _by_approval(r) for r in results):  # the owner's "no" gets an answer
                 return ctx.llm_text or "; ".join(str(r.result.get("content", "")) for r in results if isinstance(r.result, dict))
         return ctx.llm_text
 
@@ -354,18 +357,39 @@ class TurnRunner:
             messages.append(_tool_message(call, result_text(result)))
         return results
 
+    async def _admit(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> bool:
+        """Ask the gate (policy, maybe the owner) before the call runs; a refusal marks it denied."""
+        if self.gate is None or call.denied or not self._offered(call.name):
+            return False
+        reason = await self.gate.admit(call, ctx, turn.frame if turn.message.sink is not None else None)
+        if reason is None:
+            return False
+        call.denied, call.deny_reason = True, reason
+        return True
+
     async def _run_one(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> ToolResult:
         call_ctx = dataclasses.replace(ctx, tool_call=call, tool_result=None)
+        gated = await self._admit(ctx, turn, call)  # before the stage: handlers see the refusal as a denial
+        refusal = call.deny_reason
+        admitted = dict(call.arguments) if self.gate is not None else None
         if await self.stages.run(Stage.BEFORE_TOOLCALL, call_ctx):
             ctx.response = call_ctx.response
+        if gated:  # a handler cannot lift the policy's or the owner's refusal
+            call.denied, call.deny_reason = True, refusal
+        elif admitted is not None and not call.denied and call.arguments != admitted:
+            gated = await self._admit(ctx, turn, call)  # a handler changed the arguments: check what will run
         if call.denied:
+            content: dict[str, Any] = {"isError": True,
+                                       "content": f"tool call denied: {call.deny_reason or 'by a stage handler'}"}
+            if gated:
+                content["approval"] = "denied"
             result = ToolResult(
                 call_id=call.id,
                 name=call.name,
                 plugin=call.plugin,
                 success=False,
                 status="denied",
-                result={"isError": True, "content": f"tool call denied: {call.deny_reason or 'by a stage handler'}"},
+                result=content,
             )
         elif not self._offered(call.name):
             # the filter must hold for calls too: a model can name a tool it was not offered
@@ -521,6 +545,11 @@ class TurnRunner:
             return
         if self.channels is not None and self.channels.get(message.channel) is not None:
             await self.channels.send(message.channel, result.text, {"reply_to": message.id, "user_id": message.options.user_id})
+
+
+def _by_approval(result: ToolResult) -> bool:
+    """A denial by the approval gate: the model gets one more round to tell the user."""
+    return isinstance(result.result, dict) and "approval" in result.result
 
 
 def _assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:

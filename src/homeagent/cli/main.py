@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         "homeagent.cli.plugin_cmd",
         "homeagent.cli.webui_cmd",
         "homeagent.cli.backup_cmd",
+        "homeagent.cli.approvals_cmd",
     ):
         _register_optional(module_name, sub)
     return parser
