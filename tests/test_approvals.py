@@ -275,3 +275,15 @@ async def test_web_api_allows_and_denies(data_dir: Path, monkeypatch: pytest.Mon
                 assert (await api.get("/api/v1/approvals/rules")).json() == []
         finally:
             await web.server.close()
+
+
+async def test_homeagent_chat_asks_inline(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with FakeOpenAI() as fake, agent(data_dir, fake, monkeypatch) as d:
+        fake.script(Turn.tool_calls([touch("inline")]), Turn.text("Made it."),
+                    Turn.tool_calls([touch("refused")]), Turn.text("Fine."))
+        chat = await run_cli(data_dir, "chat", stdin="make one\ny\nmake another\nn\n")
+        assert chat.code == 0, chat
+        assert chat.out.count("approval needed") == 2 and "cmd_run" in chat.out and "touch *" in chat.out
+        assert "(allowed)" in chat.out and "(denied)" in chat.out and "Made it." in chat.out
+        assert (data_dir / "w" / "inline").exists() and not (data_dir / "w" / "refused").exists()
+        assert [e["by"] for e in await d.approvals.decisions()] == ["socket", "socket"]
