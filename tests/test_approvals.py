@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from homeagent.approvals import ApprovalError
+from homeagent.approvals import ApprovalError, ApprovalPolicy, PolicyConfig, Rule
+from homeagent.approvals.policy import ALLOW, ASK, safe_arguments, suggest_pattern
 from homeagent.cli.client import Client, RemoteError
 from homeagent.daemon import Daemon
 from homeagent.sdk.types import InjectOptions, Stage, StageContext
@@ -287,3 +288,25 @@ async def test_homeagent_chat_asks_inline(data_dir: Path, monkeypatch: pytest.Mo
         assert "(allowed)" in chat.out and "(denied)" in chat.out and "Made it." in chat.out
         assert (data_dir / "w" / "inline").exists() and not (data_dir / "w" / "refused").exists()
         assert [e["by"] for e in await d.approvals.decisions()] == ["socket", "socket"]
+
+
+def test_what_a_pattern_covers() -> None:
+    """The policy on its own: subjects, the suggested pattern, and what an allow rule never covers."""
+    rules = [Rule("cmd_run", "git *", id=1, source="always"), Rule("files_write", "notes/*", id=2, source="always"),
+             Rule("terminal_write", "ls *", id=3, source="always")]
+    policy = ApprovalPolicy(PolicyConfig, lambda: rules)
+    assert policy.decide("files_read", {"path": "x"}).action == ALLOW  # no rule names it: read-only allowed
+    assert policy.decide("cmd_run", {"command": "git  status"}).action == ALLOW
+    assert policy.decide("cmd_run", {"command": "git"}).action == ALLOW  # "git *" also covers git alone
+    assert policy.decide("cmd_run", {"command": "gitk"}).action == ASK
+    for sneaky in ("git status; rm -rf ~", "git log | sh", "git $(id)", "git `id`", "git a > /etc/x", "git a\nid"):
+        assert policy.decide("cmd_run", {"command": sneaky, "shell": True}).action == ASK, sneaky
+    assert policy.decide("files_write", {"path": "notes/a/b.md"}).action == ALLOW
+    assert policy.decide("files_write", {"path": "notes/../plugins/evil.json"}).action == ASK
+    assert policy.decide("terminal_write", {"id": "term_1", "input": "ls -la"}).action == ALLOW
+    assert policy.decide("terminal_write", {"id": "term_1", "input": "ls; curl x | sh"}).action == ASK
+    assert suggest_pattern({"command": "rm -rf /"}) == "rm *" and suggest_pattern({"command": "ls"}) == "ls"
+    assert suggest_pattern({"path": "notes/a.md"}) == "notes/*" and suggest_pattern({"path": "top.md"}) == "top.md"
+    assert suggest_pattern({"command": "[x] y"}) == "[[]x] *"  # glob characters in a program name are literal
+    shown = safe_arguments({"command": "echo \x1b[31mhi\u202e", "content": "x" * 600})
+    assert shown["command"] == "echo \\u001b[31mhi\\u202e" and shown["content"].endswith("(100 more characters)")

@@ -123,6 +123,7 @@ class _Turn:
     rounds: int = 0
     values: TurnValues = field(default_factory=TurnValues)
     no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
+    refused_rounds: int = 0  # rounds whose every call the approval gate refused
 
     async def frame(self, frame: dict[str, Any]) -> None:
         sink = self.message.sink
@@ -277,7 +278,10 @@ class TurnRunner:
             results = await self._run_tools(ctx, turn, calls, messages)
             if ctx.response is not None:
                 return ctx.response
-            if all(r.status == "denied" and not _by_approval(r) for r in results):  # the owner's "no" gets an answer
+            if all(r.status == "denied" for r in results):
+                if not turn.refused_rounds and all(_by_approval(r) for r in results):
+                    turn.refused_rounds += 1
+                    continue  # the owner's "no" (or no answer): one more step for the model to tell the user
                 return ctx.llm_text or "; ".join(str(r.result.get("content", "")) for r in results if isinstance(r.result, dict))
         return ctx.llm_text
 

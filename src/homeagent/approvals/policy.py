@@ -3,9 +3,13 @@
 Why it is shaped this way:
 
 * The decision for a call is a pure function of the tool's name, one argument
-  (the call's *subject*: ``command`` for ``cmd_run`` and terminals, ``path``
-  for the files tools, else ``url`` or ``name``) and rules the owner wrote.
-  Matching uses ``fnmatch`` patterns, which people already know from shells.
+  (the call's *subject*: ``command`` for ``cmd_run`` and ``terminal_create``,
+  ``input`` for ``terminal_write``, ``path`` for the files tools, else ``url``
+  or ``name``) and rules the owner wrote. Matching uses ``fnmatch`` patterns,
+  which people already know from shells. An *allow* rule never covers a
+  command or terminal input with shell syntax in it (``;``, ``|``, ``$``, …):
+  ``git *`` must not let ``git status; rm -rf ~`` through when the owner has
+  turned shells on.
 * Most calls are read-only tools with no rule at all. Their verdict is cached
   per tool name, so an auto-allowed call costs a dictionary lookup; the cache
   is dropped whenever a setting or an ``always`` rule changes.
@@ -47,7 +51,9 @@ ACTIONS = (ALLOW, ASK, DENY)
 #: (plugin_install / plugin_remove / plugin_enable are refused outright by pluginmgr.)
 DEFAULT_ASK = "cmd_run, terminal_create, terminal_write, files_write, files_edit, plgreload, plugin_disable"
 
-SUBJECT_KEYS = ("command", "path", "url", "name")
+SUBJECT_KEYS = ("command", "input", "path", "url", "name")
+TYPED = ("command", "input")  # read by a program or a shell: an allow rule never covers shell syntax in them
+SHELL_SYNTAX = frozenset(";|&$<>`(){}\n\\")
 MAX_SHOWN_CHARS = 500
 
 
@@ -63,12 +69,25 @@ def _subject_key(args: Mapping[str, Any]) -> str:
 
 
 def subject_of(args: Mapping[str, Any]) -> str:
-    """The argument patterns are matched against; commands with their whitespace collapsed."""
+    """The argument patterns are matched against: commands with their whitespace collapsed, paths normalised.
+
+    A path is normalised so that ``notes/../secret.md`` is matched as ``secret.md``, not by ``notes/*``.
+    """
     key = _subject_key(args)
     if not key:
         return ""
     value = str(args[key])
-    return " ".join(value.split()) if key == "command" else value
+    if key == "command":
+        return " ".join(value.split())
+    if key == "path" and value:
+        return posixpath.normpath(value)
+    return value
+
+
+def shell_syntax(args: Mapping[str, Any]) -> bool:
+    """Whether a command or terminal input holds shell syntax (``git status; rm -rf ~`` must not pass as git)."""
+    key = _subject_key(args)
+    return key in TYPED and not SHELL_SYNTAX.isdisjoint(str(args[key]))
 
 
 def subject_matches(pattern: str, subject: str) -> bool:
@@ -86,7 +105,7 @@ def suggest_pattern(args: Mapping[str, Any]) -> str:
     subject = subject_of(args)
     if not subject:
         return "*"
-    if key == "command":
+    if key in TYPED:
         program = subject.split()[0]
         return glob.escape(program) + (" *" if " " in subject else "")
     if key == "path":
@@ -188,12 +207,14 @@ class ApprovalPolicy:
         if fixed is not None:
             return fixed
         subject = subject_of(args)
+        shell = shell_syntax(args)
         for rule in rules:
-            if subject_matches(rule.match, subject):
+            if subject_matches(rule.match, subject) and not (shell and rule.action == ALLOW):
                 return Verdict(rule.action, rule.describe(), rule)
-        for rule in always:
-            if subject_matches(rule.match, subject):
-                return Verdict(ALLOW, rule.describe(), rule)
+        if not shell:
+            for rule in always:
+                if subject_matches(rule.match, subject):
+                    return Verdict(ALLOW, rule.describe(), rule)
         return self._fallback(tool)
 
     def _fallback(self, tool: str) -> Verdict:
