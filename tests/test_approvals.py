@@ -89,6 +89,8 @@ async def test_cmd_run_waits_for_the_owner_and_runs_once_allowed_over_the_socket
         assert not (data_dir / "w" / "approved").exists()  # paused, not run
         status = await me.call("status")  # the daemon keeps serving while the call waits
         assert status["approvals_pending"] == 1
+        shown = await run_cli(data_dir, "status")
+        assert "1 tool call(s) waiting: homeagent approvals list" in shown.out, shown
         listed = await me.call("approvals.list")
         assert [p["id"] for p in listed["pending"]] == [request["id"]]
 

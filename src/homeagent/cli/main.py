@@ -173,6 +173,8 @@ def format_status(status: dict[str, Any]) -> str:
     )
     lines.append(f"LLM        {status.get('llm_source') or 'offline'}")
     lines.append(f"tools      {status.get('tools', 0)}   plugins {status.get('plugins', 0)}")
+    if status.get("approvals_pending"):
+        lines.append(f"approvals  {status['approvals_pending']} tool call(s) waiting: homeagent approvals list")
     return "\n".join(lines)
 
 
