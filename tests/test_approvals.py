@@ -253,6 +253,12 @@ async def test_web_api_allows_and_denies(data_dir: Path, monkeypatch: pytest.Mon
                 [request] = await pending(d)
                 refused = await stranger.post(f"/api/v1/approvals/{request['id']}", json={"decision": "allow"})
                 assert refused.status_code == 401 and d.approvals.pending()
+                browser, _csrf = await web.browser_client()  # signed in, but a cross-site form has no CSRF token
+                try:
+                    forged = await browser.post(f"/api/v1/approvals/{request['id']}", json={"decision": "allow"})
+                finally:
+                    await browser.aclose()
+                assert forged.status_code == 403 and d.approvals.pending()
                 listed = (await api.get("/api/v1/approvals")).json()
                 assert listed["pending"][0]["id"] == request["id"]
                 bad = await api.post(f"/api/v1/approvals/{request['id']}", json={"decision": "maybe"})
@@ -312,3 +318,24 @@ def test_what_a_pattern_covers() -> None:
     assert suggest_pattern({"command": "[x] y"}) == "[[]x] *"  # glob characters in a program name are literal
     shown = safe_arguments({"command": "echo \x1b[31mhi\u202e", "content": "x" * 600})
     assert shown["command"] == "echo \\u001b[31mhi\\u202e" and shown["content"].endswith("(100 more characters)")
+
+
+async def test_always_also_releases_the_matching_calls_already_waiting(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with FakeOpenAI() as fake, agent(data_dir, fake, monkeypatch) as d, owner(d) as me:
+        fake.script(Turn.tool_calls([touch("p1"), touch("p2"), ("cmd_run", {"command": "mkdir p3"})]), Turn.text("ok"))
+        turn = asyncio.ensure_future(d.io.inject_sync("cli", "cli", "three at once", timeout=30))
+        await wait_until(lambda: len(d.approvals.pending()) == 3)  # parallel calls wait side by side
+        first = next(p for p in d.approvals.pending() if p["subject"] == "touch p1")
+        await me.call("approvals.answer", {"id": first["id"], "decision": "allow", "always": True})
+        await wait_until(lambda: len(d.approvals.pending()) == 1)
+        [left] = d.approvals.pending()
+        assert left["subject"] == "mkdir p3"  # not covered by "touch *": still waiting
+        await me.call("approvals.answer", {"id": left["id"], "decision": "deny"})
+        result = await turn
+        assert sorted(c["status"] for c in result.tool_calls) == ["denied", "ok", "ok"]
+        assert (data_dir / "w" / "p1").exists() and (data_dir / "w" / "p2").exists()
+        assert not (data_dir / "w" / "p3").exists()
+        assert sorted(e["decision"] for e in await d.approvals.decisions()) == [
+            "allowed_always", "allowed_by_rule", "denied"]

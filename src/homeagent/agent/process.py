@@ -363,8 +363,8 @@ class TurnRunner:
 
     async def _admit(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> bool:
         """Ask the gate (policy, maybe the owner) before the call runs; a refusal marks it denied."""
-        if self.gate is None or call.denied or not self._offered(call.name):
-            return False
+        if self.gate is None or call.denied or call.name not in self.tools or not self._offered(call.name):
+            return False  # unknown and unoffered tools get the registry's or the filter's error instead
         reason = await self.gate.admit(call, ctx, turn.frame if turn.message.sink is not None else None)
         if reason is None:
             return False
