@@ -31,6 +31,8 @@ from homeagent.agent.prompt import PromptBuilder
 from homeagent.agent.stages import StageHost
 from homeagent.agent.subagents import SubAgents
 from homeagent.agent.tools import ToolRegistry
+from homeagent.approvals import DEFAULT_ASK, ApprovalBroker, ApprovalPolicy, ApprovalStore, PolicyConfig
+from homeagent.approvals.desk import socket_methods as approval_methods
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
 from homeagent.control import ConfigControl
@@ -138,6 +140,7 @@ class Daemon:
         self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self._cancel_turn, limits=self._socket_limits)
         self._register_rpc()
         await self.socket.start()
+        await self._start_approvals()
         await self._start_memory()
 
         settings = TurnSettings(
@@ -159,6 +162,7 @@ class Daemon:
             channels=self.channels,
             textlog=self.textlog,
             settings=settings,
+            gate=self.approvals,
         )
         self.agent = Agent(self.io, self.runner)
 
@@ -175,6 +179,7 @@ class Daemon:
                 settings=settings,
                 tool_filter=tool_filter,
                 slot=LLMSlot(),
+                gate=self.approvals,  # the parent's policy; a child's requests go to the owner too
             )
 
         self.subagents = SubAgents(
@@ -243,6 +248,40 @@ class Daemon:
         if self.web_enabled:
             await self._start_web()
         log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
+
+    async def _start_approvals(self) -> None:
+        """The approval policy, its store and the broker tool calls wait in; answered over the socket and web."""
+        cfg = self.config
+
+        def read_policy() -> PolicyConfig:
+            try:
+                timeout = cfg.get_duration("core.approvals.timeout", 120.0)
+            except ConfigError:
+                timeout = 120.0
+            try:
+                return PolicyConfig.parse(
+                    cfg.get_str("core.approvals.ask", DEFAULT_ASK), cfg.get_str("core.approvals.deny", ""),
+                    cfg.get("core.approvals.rules", []), timeout,
+                )
+            except (ConfigError, ValueError) as exc:  # fail closed: a broken policy asks about everything
+                log.error("approval settings are invalid (%s): every tool call asks until they are fixed", exc)
+                return PolicyConfig(ask=("*",), timeout=timeout)
+
+        store = await asyncio.to_thread(ApprovalStore, self.paths.root / "approvals.db")
+        policy = ApprovalPolicy(read_policy, store.rules)
+        self.approvals = ApprovalBroker(policy, store, self.events, notify=self.socket.broadcast)
+        for name, fn in approval_methods(self.approvals).items():
+            self.socket.add_method(name, self._rpc_guard(fn))
+
+    @staticmethod
+    def _rpc_guard(fn: Callable[[dict[str, Any]], Awaitable[Any]]) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+        async def call(params: dict[str, Any]) -> Any:
+            try:
+                return await fn(params)
+            except ValueError as exc:
+                raise RPCError(str(exc)) from exc
+
+        return call
 
     async def _start_memory(self) -> None:
         """Build the three memory tiers around one shared embedder; heavy loading runs off the loop."""
@@ -627,11 +666,14 @@ class Daemon:
             "llm_source": self.llm.manager.current_source(),
             "tools": len(self.tools.tools()),
             "plugins": len(self.plugins.running()) if hasattr(self, "plugins") else 0,
+            "approvals_pending": len(self.approvals.pending()) if hasattr(self, "approvals") else 0,
             "events": self.events.stats(),
         }
 
     # ----------------------------------------------------------------- config
     def _on_config_change(self, key: str, value: Any) -> None:
+        if key.startswith("core.approvals.") and hasattr(self, "approvals"):
+            self.approvals.policy.invalidate()
         if key.startswith("core.llm."):
             # several keys often change together: rebuild once, shortly after the last one
             if self._llm_reload is not None:
@@ -651,6 +693,7 @@ class Daemon:
             ("socket", lambda: self.socket.close()),
             ("agent", lambda: self.agent.stop()),
             ("subagents", lambda: self.subagents.close()),
+            ("approvals", lambda: self.approvals.close()),
             ("plugins", lambda: self.plugins.stop_all()),
             ("plugin processes", lambda: self.supervisor.close()),
             ("memory", lambda: self._stop_memory()),
@@ -678,7 +721,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

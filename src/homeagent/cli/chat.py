@@ -142,6 +142,11 @@ async def _stream_reply(client: Client, text: str, style: _Style) -> None:
             sys.stdout.write(f"\n{style.red}error: {frame.get('message')}{style.reset}\n")
         elif kind == "output":
             sys.stdout.write(f"\n{style.cyan}agent (proactive)> {frame.get('text', '')}{style.reset}\n")
+        elif kind == "approval_request":  # the turn waits for you: answer inline (homeagent approvals …)
+            from homeagent.cli.approvals_cmd import prompt_answer
+
+            sys.stdout.write(f"{style.dim}({await prompt_answer(client, frame, _read_line)}){style.reset}\n")
+            started_content = in_reasoning = False
         elif kind == "response":
             if in_reasoning:
                 sys.stdout.write(style.reset)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from homeagent.approvals.policy import DEFAULT_ASK
 from homeagent.sdk.types import ConfigDef
 
 LOG_LEVELS = ["debug", "info", "warn", "error"]
@@ -242,6 +243,18 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "Model used with the audio provider."),
         _def("core.input_processing.audio.describe_prompt", "请转写这段音频的内容。", "text", "input",
              "Audio prompt", "Prompt used to turn audio into text."),
+        # ---- approvals (owner-only: the model must not loosen its own leash; docs/security.md)
+        _def("core.approvals.ask", DEFAULT_ASK, "string", "approvals", "Tools that ask",
+             "Comma-separated tool names or patterns (fnmatch) whose calls wait for your approval. Empty: "
+             "nothing asks.", owner_only=True),
+        _def("core.approvals.deny", "", "string", "approvals", "Tools refused",
+             "Comma-separated tool names or patterns the model may never call.", owner_only=True),
+        _def("core.approvals.rules", "[]", "json", "approvals", "Argument rules",
+             'A list of {"tool", "match", "action"}: a call of tool whose command (cmd_run, terminals) or path '
+             "(files tools) matches the fnmatch pattern is allowed, asked or denied; the first match wins, before "
+             "your always rules and the ask list.", owner_only=True),
+        _def("core.approvals.timeout", "120s", "duration", "approvals", "Approval timeout",
+             "How long a tool call waits for your answer; no answer denies it.", min=1, owner_only=True),
         # ---- web UI
         _def("webui.listen_addr", "127.0.0.1:8780", "string", "webui", "Listen address",
              "host:port of the web UI and HTTP API. A non-loopback host also needs webui.allow_remote.",

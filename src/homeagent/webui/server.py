@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from homeagent.sdk.types import OutputCap
 from homeagent.webui.api import CoreAPI
+from homeagent.webui.approvals import ApprovalsAPI
 from homeagent.webui.auth import (
     CSRF_COOKIE,
     CSRF_HEADER,
@@ -350,7 +351,8 @@ def _router(ops: list[Op]) -> list[Route]:
 
 def build_app(ctx: WebContext, *, vendor: dict[str, Path] | None = None) -> tuple[Starlette, list[Op]]:
     pages = Pages(vendor)
-    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), MediaRoutes(ctx).ops(), OpenAICompat(ctx).ops()]
+    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), MediaRoutes(ctx).ops(),
+              OpenAICompat(ctx).ops(), ApprovalsAPI(ctx).ops()]
     ops = all_ops(groups)
     schema: dict[str, Any] = {}
 
