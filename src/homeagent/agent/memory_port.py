@@ -28,6 +28,7 @@ class TurnRecord:
     channel: str = ""
     source: str = ""
     user_id: str = ""
+    group_id: str = ""  # a group chat on a channel (QQ): its turns are shown only to that group's turns
     no_memory: bool = False
     tool_outputs: list[ToolOutput] = field(default_factory=list)
     ts: float = field(default_factory=time.time)
@@ -35,8 +36,13 @@ class TurnRecord:
 
 
 class TurnMemory(Protocol):
-    async def history(self, user_text: str, channel: str) -> list[dict[str, Any]]:
-        """Chat messages (OpenAI shape) that precede the current input."""
+    async def history(self, user_text: str, channel: str, *, group_id: str = "") -> list[dict[str, Any]]:
+        """Chat messages (OpenAI shape) that precede the current input, in its conversation scope.
+
+        A turn in a group chat (``group_id``) sees that group's recent turns
+        only; a turn outside any group sees none of a group's: two groups, or a
+        group and the owner's own chats, never see each other's recent turns.
+        """
         ...
 
     async def record(self, turn: TurnRecord) -> None: ...
@@ -48,9 +54,11 @@ class RecentTurns:
     def __init__(self, max_turns: int = 15) -> None:
         self._turns: deque[TurnRecord] = deque(maxlen=max_turns)
 
-    async def history(self, user_text: str, channel: str) -> list[dict[str, Any]]:
+    async def history(self, user_text: str, channel: str, *, group_id: str = "") -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         for turn in self._turns:
+            if turn.group_id != group_id:
+                continue
             if turn.user_text:
                 messages.append({"role": "user", "content": turn.user_text})
             if turn.reply:

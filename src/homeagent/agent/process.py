@@ -215,7 +215,7 @@ class TurnRunner:
         if await self.stages.run(Stage.ON_INPUT, ctx):
             return ctx.response or ""
         user_text = ctx.raw_message
-        history = [] if turn.consolidation else await self.memory.history(user_text, ctx.channel)
+        history = [] if turn.consolidation else await self.memory.history(user_text, ctx.channel, group_id=ctx.group_id)
         ctx.context_msgs = list(history)
         if await self.stages.run(Stage.PRE_ACTION, ctx):
             return ctx.response or ""
@@ -502,6 +502,7 @@ class TurnRunner:
                         channel=message.channel,
                         source=message.source,
                         user_id=ctx.user_id,
+                        group_id=ctx.group_id,
                         no_memory=no_memory,
                         tool_outputs=turn.tool_outputs,
                         ts=message.ts,

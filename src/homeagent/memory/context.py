@@ -193,14 +193,18 @@ class RelevanceContext:
         """Return once every change so far is on disk (one fsync shared by all waiters)."""
         await self._journal.wait()
 
-    def to_messages(self, limit: int | None = None) -> list[dict[str, Any]]:
+    def to_messages(self, limit: int | None = None, *, group_id: str | None = None) -> list[dict[str, Any]]:
         """The timeline as OpenAI-shape chat messages, oldest first (``limit``: only the last N messages).
 
         user -> ``user``, agent -> ``assistant`` (its reply text), cold_storage ->
         a ``system`` message marked as recalled memory with its original date.
+        ``group_id`` keeps one conversation scope: a group's events only, or
+        (``""``) only events outside every group; None keeps everything.
         """
         messages: list[dict[str, Any]] = []
         for e in self.timeline():
+            if group_id is not None and str(e.meta.get("group_id", "")) != group_id:
+                continue
             if e.kind == "user" and e.input:
                 messages.append({"role": "user", "content": e.input})
             elif e.kind == "agent" and e.response:
@@ -508,9 +512,9 @@ class ContextTurnMemory:
     def __init__(self, context: RelevanceContext) -> None:
         self.context = context
 
-    async def history(self, user_text: str, channel: str) -> list[dict[str, Any]]:
+    async def history(self, user_text: str, channel: str, *, group_id: str = "") -> list[dict[str, Any]]:
         await self.context.prune(user_text)
-        return self.context.to_messages()
+        return self.context.to_messages(group_id=group_id)
 
     async def record(self, turn: Any) -> None:
         ts = float(getattr(turn, "ts", 0.0) or time.time())
@@ -518,7 +522,8 @@ class ContextTurnMemory:
                                   "source": str(getattr(turn, "source", "")),
                                   "no_memory": bool(getattr(turn, "no_memory", False))}
         user_id = getattr(turn, "user_id", "")
-        meta = {"user_id": user_id} if user_id else {}
+        group_id = getattr(turn, "group_id", "")
+        meta = {key: value for key, value in (("user_id", user_id), ("group_id", group_id)) if value}
         if getattr(turn, "user_text", ""):
             self.context.append(ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=dict(meta), **common))
         outputs = [
