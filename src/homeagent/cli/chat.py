@@ -16,7 +16,7 @@ import signal
 import sys
 from typing import Any
 
-from homeagent.cli.client import Client, RemoteError
+from homeagent.cli.client import Client, RemoteError, connect_to
 from homeagent.paths import DataPaths
 
 HELP = """commands:
@@ -43,7 +43,7 @@ class _Style:
 
 
 async def run_chat(paths: DataPaths) -> int:
-    client = await Client.connect(paths.socket)
+    client = await connect_to(paths)
     await client.send({"type": "attach"})
     style = _Style()
     loop = asyncio.get_running_loop()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from homeagent import __version__
-from homeagent.cli.client import Client, DaemonUnavailable, RemoteError
+from homeagent.cli.client import DaemonStarting, DaemonUnavailable, RemoteError, connect_to
 from homeagent.paths import DataPaths, resolve_data_dir
 
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         return func(args)
     except KeyboardInterrupt:
         return 130
-    except DaemonUnavailable as exc:
+    except (DaemonUnavailable, DaemonStarting) as exc:
         print(f"homeagent: {exc}", file=sys.stderr)
         return 3
     except RemoteError as exc:
@@ -93,13 +93,28 @@ def main(argv: list[str] | None = None) -> int:
 
 # -- commands -----------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from homeagent.daemon import run_daemon
+    from homeagent.datalock import AlreadyRunning, DataDirLock
 
-    return run_daemon(paths_from(args), log_level=args.log_level, web=not args.no_web)
+    paths = paths_from(args)
+    paths.ensure()
+    # Take the data directory before the daemon's imports (seconds): from here on a CLI
+    # command waits for this daemon instead of writing to the data directory behind its back.
+    lock = DataDirLock(paths.lock)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        print(f"homeagent: {exc}", file=sys.stderr)
+        return 1
+    try:
+        from homeagent.daemon import run_daemon
+
+        return run_daemon(paths, log_level=args.log_level, web=not args.no_web, lock=lock)
+    finally:
+        lock.release()
 
 
 async def rpc(args: argparse.Namespace, method: str, params: dict[str, Any] | None = None) -> Any:
-    client = await Client.connect(paths_from(args).socket)
+    client = await connect_to(paths_from(args))
     try:
         return await client.call(method, params)
     finally:
@@ -110,7 +125,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
 
     async def go() -> dict[str, Any]:
-        client = await Client.connect(paths_from(args).socket)
+        client = await connect_to(paths_from(args))
         try:
             final: dict[str, Any] = {"ok": False, "error": "no response"}
             tools: list[dict[str, Any]] = []
@@ -159,8 +174,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def format_status(status: dict[str, Any]) -> str:
     agent = status.get("agent", {})
+    starting = status.get("starting") or []
+    state = "ready" if status.get("ready", True) else f"starting ({', '.join(starting)} not up yet)"
     lines = [
-        f"HomeAgent {status.get('version')}  pid {status.get('pid')}  up {status.get('uptime_s', 0):.0f}s",
+        f"HomeAgent {status.get('version')}  pid {status.get('pid')}  up {status.get('uptime_s', 0):.0f}s  {state}",
         f"data dir   {status.get('data_dir')}",
         f"socket     {status.get('socket')}",
     ]
