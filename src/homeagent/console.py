@@ -19,7 +19,7 @@ import sys
 from typing import TextIO
 
 
-def _detach(stream: TextIO) -> None:
+def detach(stream: TextIO) -> None:
     """Point ``stream``'s file descriptor at /dev/null (its pipe is gone)."""
     with contextlib.suppress(OSError, ValueError):
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -35,7 +35,7 @@ def say(text: str, stream: TextIO | None = None) -> None:
     try:
         print(text, file=out, flush=True)
     except BrokenPipeError:
-        _detach(out)
+        detach(out)
     except ValueError:  # the stream object itself was closed
         pass
 
@@ -45,6 +45,6 @@ class ConsoleLogHandler(logging.StreamHandler[TextIO]):
 
     def handleError(self, record: logging.LogRecord) -> None:
         if isinstance(sys.exc_info()[1], BrokenPipeError):
-            _detach(self.stream)
+            detach(self.stream)
             return
         super().handleError(record)

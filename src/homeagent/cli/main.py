@@ -11,7 +11,11 @@ from typing import Any
 
 from homeagent import __version__
 from homeagent.cli.client import DaemonStarting, DaemonUnavailable, RemoteError, connect_to
+from homeagent.console import detach
 from homeagent.paths import DataPaths, resolve_data_dir
+
+EXIT_BROKEN_PIPE = 141
+"""What a shell reports for a command ended by SIGPIPE."""
 
 
 def paths_from(args: argparse.Namespace) -> DataPaths:
@@ -29,11 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-web", action="store_true", help="do not start the web UI")
     run.set_defaults(func=cmd_run)
 
-    ask = sub.add_parser("ask", help="send one message and print the reply")
-    ask.add_argument("text", nargs="+")
-    ask.add_argument("--json", action="store_true", help="print the whole result as JSON")
-    ask.add_argument("--timeout", type=float, default=300.0)
-    ask.set_defaults(func=cmd_ask)
+    from homeagent.cli import ask_cmd
+
+    ask_cmd.register(sub)
 
     chat = sub.add_parser("chat", help="interactive chat with streamed replies")
     chat.set_defaults(func=cmd_chat)
@@ -80,7 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return func(args)
+        code = func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        # `homeagent … | head`: the reader is gone; leave quietly, as `yes | head` does
+        detach(sys.stdout)
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return 130
     except (DaemonUnavailable, DaemonStarting) as exc:
@@ -119,42 +127,6 @@ async def rpc(args: argparse.Namespace, method: str, params: dict[str, Any] | No
         return await client.call(method, params)
     finally:
         await client.close()
-
-
-def cmd_ask(args: argparse.Namespace) -> int:
-    text = " ".join(args.text)
-
-    async def go() -> dict[str, Any]:
-        client = await connect_to(paths_from(args))
-        try:
-            final: dict[str, Any] = {"ok": False, "error": "no response"}
-            tools: list[dict[str, Any]] = []
-            errors: list[str] = []
-            async for frame in client.chat(text):
-                if frame["type"] == "tool_call":
-                    tools.append({k: frame.get(k) for k in ("tool", "status", "result")})
-                elif frame["type"] == "error":
-                    errors.append(str(frame.get("message")))
-                elif frame["type"] == "response":
-                    final = dict(frame)
-                elif frame["type"] == "closed":
-                    final = {"ok": False, "error": "the daemon closed the connection"}
-            final["tool_calls"] = tools
-            if errors and not final.get("error"):
-                final["error"] = "; ".join(errors)
-            return final
-        finally:
-            await client.close()
-
-    result = asyncio.run(asyncio.wait_for(go(), args.timeout))
-    result.pop("type", None)
-    if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
-    elif result.get("ok"):
-        print(result.get("text", ""))
-    else:
-        print(f"homeagent: {result.get('error') or 'the turn failed'}", file=sys.stderr)
-    return 0 if result.get("ok") else 1
 
 
 def cmd_chat(args: argparse.Namespace) -> int:

@@ -1,0 +1,127 @@
+"""``homeagent ask``: one message, its reply streamed (or, with ``--no-stream``/``--json``, printed at the end).
+
+Ctrl-C stops the turn on the daemon too (the socket's ``cancel`` frame, as in
+``homeagent chat``) and the command exits 130; a second Ctrl-C leaves at once
+without waiting for the daemon's answer. The turn's result decides the exit
+status: 0 answered, 1 failed, 130 stopped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from typing import Any
+
+from homeagent.cli.client import Client, connect_to
+from homeagent.cli.render import ReplyPrinter
+from homeagent.paths import DataPaths
+
+EXIT_STOPPED = 130
+"""What a shell reports for a command ended by Ctrl-C."""
+
+
+def register(sub: Any) -> None:
+    ask = sub.add_parser("ask", help="send one message and stream the reply")
+    ask.add_argument("text", nargs="+")
+    ask.add_argument("--no-stream", action="store_true", help="print only the final reply, at the end (for scripts)")
+    ask.add_argument("--json", action="store_true", help="print the whole result as JSON (implies --no-stream)")
+    ask.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the reply (default 300)")
+    ask.set_defaults(func=cmd_ask)
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from homeagent.cli.main import paths_from
+
+    text = " ".join(args.text)
+    printer = None if args.no_stream or args.json else ReplyPrinter(sys.stdout, sys.stderr, prefix="")
+    result = asyncio.run(ask(paths_from(args), text, printer=printer, timeout=args.timeout))
+    result.pop("type", None)
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False, indent=2))
+    elif printer is None and result.get("ok"):
+        print(result.get("text", ""))
+    elif not result.get("ok") and not result.get("interrupted"):
+        print(f"homeagent: {result.get('error') or 'the turn failed'}", file=sys.stderr)
+    if result.get("interrupted"):
+        return EXIT_STOPPED
+    return 0 if result.get("ok") else 1
+
+
+async def ask(paths: DataPaths, text: str, *, printer: ReplyPrinter | None, timeout: float) -> dict[str, Any]:
+    """Send ``text``, follow its turn to the end; returns the response frame plus ``tool_calls``."""
+    client = await connect_to(paths)
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    stops = 0
+    sending: set[asyncio.Task[None]] = set()
+
+    def side_note(message: str) -> None:
+        if printer is not None:
+            printer.note(message)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    def on_sigint() -> None:
+        nonlocal stops
+        stops += 1
+        if stops == 1:
+            task = loop.create_task(client.send({"type": "cancel"}))
+            sending.add(task)
+            task.add_done_callback(sending.discard)
+            side_note("(stopping the turn; Ctrl-C again to leave without waiting)")
+        elif me is not None:
+            me.cancel()
+
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        async with asyncio.timeout(timeout):
+            return await _follow(client, text, printer)
+    except TimeoutError:
+        await _cancel_quietly(client)
+        return {"ok": False, "error": f"no reply within {timeout:g}s (the turn was stopped)", "tool_calls": []}
+    except asyncio.CancelledError:
+        if stops < 2:
+            raise
+        return {"ok": False, "interrupted": True, "error": "left without waiting for the daemon", "tool_calls": []}
+    finally:
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(signal.SIGINT)
+        await client.close()
+
+
+async def _follow(client: Client, text: str, printer: ReplyPrinter | None) -> dict[str, Any]:
+    tools: list[dict[str, Any]] = []
+    errors: list[str] = []
+    await client.send({"type": "chat", "text": text})
+    while True:
+        frame = await client.frames.get()
+        kind = frame.get("type")
+        if printer is not None and kind not in ("response", "closed"):
+            printer.feed(frame)
+        if kind == "ack" and frame.get("of") == "cancel" and not frame.get("cancelled"):
+            # nothing was running: the daemon has not picked this message up yet (another turn runs)
+            return {"ok": False, "interrupted": True, "error": "stopped before the turn started", "tool_calls": tools}
+        if kind == "tool_call":
+            tools.append({k: frame.get(k) for k in ("tool", "status", "result")})
+        elif kind == "error":
+            errors.append(str(frame.get("message")))
+        elif kind == "closed":
+            return {"ok": False, "error": "the daemon closed the connection", "tool_calls": tools}
+        elif kind == "response":
+            final = dict(frame)
+            if printer is not None and (final.get("ok") or final.get("interrupted") or final.get("text")):
+                printer.feed(frame)
+            final["tool_calls"] = tools
+            if errors and not final.get("error"):
+                final["error"] = "; ".join(errors)
+            return final
+
+
+async def _cancel_quietly(client: Client) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.send({"type": "cancel"}), 2)
