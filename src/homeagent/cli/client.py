@@ -94,6 +94,11 @@ class Client:
             raise DaemonUnavailable(str(hello.get("message") or "daemon refused the connection"))
         return client
 
+    @property
+    def reader_done(self) -> bool:
+        """True once the connection is gone (the daemon stopped or closed it)."""
+        return self._reader_task is not None and self._reader_task.done()
+
     async def _read(self) -> None:
         try:
             while True:
