@@ -88,7 +88,7 @@ class Daemon:
         self._undo: list[Callable[[], None]] = []
         self._log_handler: logging.Handler | None = None
         self._llm_reload: asyncio.TimerHandle | None = None
-        self.startup = Startup([MEMORY, AGENT, PLUGINS, *([WEB] if web else [])])
+        self.startup = Startup([MEMORY, PLUGINS, AGENT, *([WEB] if web else [])])
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
