@@ -89,7 +89,16 @@ class Client:
             ) from exc
         client = cls(reader, writer)
         client._reader_task = asyncio.get_running_loop().create_task(client._read())
-        hello = await asyncio.wait_for(client.frames.get(), timeout)
+        # Connected: a daemon is there. Its greeting can lag while start-up work holds its event
+        # loop, so ``timeout`` (meant to tell "no daemon" quickly) is not the bound here.
+        try:
+            hello = await asyncio.wait_for(client.frames.get(), max(timeout, START_WAIT))
+        except TimeoutError:
+            await client.close()
+            raise DaemonStarting(
+                f"the daemon at {path} accepted the connection but did not answer within {START_WAIT:g}s; "
+                "try again in a moment"
+            ) from None
         if hello.get("type") != "hello":
             raise DaemonUnavailable(str(hello.get("message") or "daemon refused the connection"))
         return client
