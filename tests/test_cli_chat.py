@@ -138,12 +138,14 @@ async def test_chat_takes_input_while_a_reply_streams_and_reconnects(data_dir: P
             child.sendline("back")
             child.expect("Welcome back.")
             child.expect("you> ")
+            child.sendline("/settings set plugin.nosuch.api_key sk-never-in-history")
+            child.expect("you> ")
             child.sendline("/exit")
             child.expect(pexpect.EOF)
         finally:
             child.close(force=True)
 
-        # the history outlives the session: up arrow twice is "back" (the last line was /exit)
+        # the history outlives the session: up arrow twice is "back" (then /exit; the secret was left out)
         child = spawn_chat(data_dir)
         try:
             child.expect("you> ")
@@ -167,3 +169,4 @@ async def test_chat_takes_input_while_a_reply_streams_and_reconnects(data_dir: P
     assert stat.S_IMODE(history.stat().st_mode) == 0o600
     lines = history.read_text().splitlines()
     assert "tell me everything" in lines and "and then?" in lines  # typed during a reply, kept too
+    assert "sk-never-in-history" not in history.read_text()

@@ -53,6 +53,15 @@ HISTORY_LENGTH = 1000
 CLEAR_SCREEN = "\033[H\033[2J"
 
 
+SECRET_WORDS = ("key", "token", "secret", "passw", "credential", "cookie", "auth")
+
+
+def looks_secret(line: str) -> bool:
+    """``/settings set …api_key sk-…``: a value that must not sit in a history file."""
+    parts = line.split()
+    return parts[:2] == ["/settings", "set"] and len(parts) > 2 and any(w in parts[2].lower() for w in SECRET_WORDS)
+
+
 class History:
     """readline's editing and a persistent, owner-only input history (a no-op without readline or a terminal)."""
 
@@ -73,8 +82,16 @@ class History:
 
     def add(self, line: str) -> None:
         """Remember a line typed outside readline (during a reply), so the up arrow finds it too."""
-        if self.readline is not None and line:
+        if self.readline is not None and line and not looks_secret(line):
             self.readline.add_history(line)
+
+    def forget_if_secret(self, line: str) -> None:
+        """readline already recorded the line just typed: drop it again if it sets a secret."""
+        if self.readline is None or not looks_secret(line):
+            return
+        last = self.readline.get_current_history_length() - 1
+        if last >= 0 and self.readline.get_history_item(last + 1) == line:
+            self.readline.remove_history_item(last)
 
     def save(self) -> None:
         if self.readline is None:
@@ -151,6 +168,7 @@ class ChatSession:
                     except EOFError:
                         print()
                         return 0
+                    self.history.forget_if_secret(line)
                 if not await self.handle(line.strip()):
                     return 0
         finally:
