@@ -98,10 +98,14 @@ async def test_ask_streams_reasoning_and_tools_aside_and_no_stream_prints_only_t
     assert as_json.code == 0 and result["ok"] is True and result["text"] == "As JSON." and result["tool_calls"] == []
 
 
-async def test_ctrl_c_stops_the_turn_on_the_daemon_and_exits_130(
+async def test_ctrl_c_stops_the_turn_on_the_daemon_and_a_closed_pipe_ends_ask_quietly(
     data_dir: Path, llm: FakeOpenAI, daemon: subprocess.Popen[bytes]
 ) -> None:
-    llm.script(Turn.slow("and on " * 200, chunks=200, delay=0.05), Turn.text("Still here."))
+    llm.script(
+        Turn.slow("and on " * 200, chunks=200, delay=0.05),
+        Turn.text("Still here."),
+        Turn.slow("word " * 200, chunks=200, delay=0.02),
+    )
     proc = await ask_proc(data_dir, "tell me everything")
     assert proc.stdout is not None and proc.stderr is not None
     await read_until(proc.stdout, b"and on")
@@ -114,11 +118,7 @@ async def test_ctrl_c_stops_the_turn_on_the_daemon_and_exits_130(
     after = await run_cli(data_dir, "ask", "--no-stream", "still there?")
     assert (after.code, after.out) == (0, "Still here.\n")
 
-
-async def test_a_closed_pipe_ends_ask_quietly(data_dir: Path, llm: FakeOpenAI, daemon: subprocess.Popen[bytes]) -> None:
-    """`homeagent ask hi | head -c 10`: no BrokenPipeError traceback, the status a shell gives for SIGPIPE."""
-    llm.script(Turn.slow("word " * 200, chunks=200, delay=0.02))
-
+    # `homeagent ask hi | head -c 10`: no BrokenPipeError traceback, the status a shell gives for SIGPIPE
     def pipeline() -> tuple[int, bytes]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "homeagent", "--data-dir", str(data_dir), "ask", "hi"],

@@ -18,9 +18,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from homeagent.cli.client import connect_to
 from homeagent.cli.main import format_status
 from homeagent.cli.main import main as cli_main
 from homeagent.datalock import lock_holder
+from homeagent.paths import DataPaths
 from homeagent.startup import Startup, StillStarting, needs
 from tests.conftest import CLIResult, run_cli
 
@@ -76,23 +78,31 @@ async def cli_in(cwd: Path, data_dir: Path, *args: str) -> CLIResult:
     return CLIResult(proc.returncode, out.decode(), err.decode())
 
 
-async def test_commands_sent_while_the_daemon_starts_wait_for_it(data_dir: Path, tmp_path: Path) -> None:
+async def test_a_daemon_s_life_under_tee_early_commands_wait_and_a_lost_console_still_stops(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """`homeagent run 2>&1 | tee log` with an MCP server: commands sent while it starts wait for it;
+    then Ctrl-C reaches the whole pipeline, tee dies first, and the daemon must still stop, status 0."""
     go = held_plugin(data_dir)
     work = tmp_path / "work"
     work.mkdir()
     assert await offline(data_dir, "plugin", "init", "hello", "--kind", "lua", "--dir", str(work)) == 0
     assert await offline(data_dir, "plugin", "pack", str(work / "hello"), "-o", str(work / "hello.hmap")) == 0
     assert await offline(data_dir, "config", "set", "webui.listen_addr", "127.0.0.1:0") == 0
-    log = (tmp_path / "daemon.log").open("wb")
+    server = Path(__file__).parent / "fakes" / "mcp_stdio_server.py"
+    servers = json.dumps([{"name": "calc", "command": sys.executable, "args": [str(server)]}])
+    assert await offline(data_dir, "config", "set", "plugin.mcp.servers", servers) == 0
     proc = await asyncio.to_thread(
         subprocess.Popen,
         [sys.executable, "-m", "homeagent", "--data-dir", str(data_dir), "run"],
-        stdout=log,
+        stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, as a shell job
     )
+    assert proc.stdout is not None
     try:
         while lock_holder(data_dir / "daemon.lock") != str(proc.pid):  # `run` takes the data directory first
-            assert proc.poll() is None, (tmp_path / "daemon.log").read_text()
+            assert proc.poll() is None, proc.stdout.read().decode(errors="replace")
             await asyncio.sleep(0.01)
         # sent at once: the CLI finds the data directory held and waits for the socket
         early = await run_cli(data_dir, "status", "--json")
@@ -115,7 +125,7 @@ async def test_commands_sent_while_the_daemon_starts_wait_for_it(data_dir: Path,
         # validated against the timer plugin's definition, not stored blindly
         assert bad_setting.code == 1 and "not a whole number" in bad_setting.err, bad_setting
         assert listed.code == 0, listed.err
-        assert {"held", "timer"} <= {p["name"] for p in json.loads(listed.out)}
+        assert {"held", "timer", "mcp"} <= {p["name"] for p in json.loads(listed.out)}
         # a relative package path means the client's working directory, not the daemon's
         assert installed.code == 0, installed.err
         assert "installed hello" in installed.out and "state  running" in installed.out
@@ -126,14 +136,27 @@ async def test_commands_sent_while_the_daemon_starts_wait_for_it(data_dir: Path,
         async with httpx.AsyncClient() as http:
             reply = await http.get(made["url"] + "api/v1/status", headers={"Authorization": f"Bearer {made['token']}"})
         assert reply.status_code == 200
-
-        ready = json.loads((await run_cli(data_dir, "status", "--json")).out)
+        client = await connect_to(DataPaths(data_dir))
+        try:
+            ready = await client.call("status")
+        finally:
+            await client.close()
         assert ready["ready"] is True and ready["starting"] == []
+
+        seen = b""
+        while b"LLM:" not in seen:  # the start banner is out
+            line = await asyncio.to_thread(proc.stdout.readline)
+            assert line, f"daemon exited early: {seen.decode(errors='replace')}"
+            seen += line
+        proc.stdout.close()  # tee is gone
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group, MCP server included
+        code = await asyncio.to_thread(proc.wait, 30)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(proc.wait, 20)
-        log.close()
-    assert proc.returncode == 0, (tmp_path / "daemon.log").read_text()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0
+    assert not (data_dir / "cli.sock").exists()
 
 
 async def test_an_rpc_whose_subsystem_does_not_come_up_is_told_still_starting() -> None:
@@ -149,35 +172,3 @@ async def test_an_rpc_whose_subsystem_does_not_come_up_is_told_still_starting() 
     startup.finish()
     assert startup.ready and startup.starting == []
     assert needs("config.set", ["memory", "plugins", "web"]) == ("plugins", "web")
-
-
-async def test_a_daemon_whose_console_pipe_is_gone_still_stops(data_dir: Path) -> None:
-    """`homeagent run 2>&1 | tee log`, then Ctrl-C: tee dies first; the daemon must still stop, status 0."""
-    server = Path(__file__).parent / "fakes" / "mcp_stdio_server.py"
-    servers = json.dumps([{"name": "calc", "command": sys.executable, "args": [str(server)]}])
-    assert await offline(data_dir, "config", "set", "plugin.mcp.servers", servers) == 0
-    proc = await asyncio.to_thread(
-        subprocess.Popen,
-        [sys.executable, "-m", "homeagent", "--data-dir", str(data_dir), "run", "--no-web"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    try:
-        seen = b""
-        while b"LLM:" not in seen:  # the start banner is out: the daemon runs
-            line = await asyncio.to_thread(proc.stdout.readline)
-            assert line, f"daemon exited early: {seen.decode(errors='replace')}"
-            seen += line
-        plugins = await run_cli(data_dir, "plugin", "info", "mcp")
-        assert plugins.code == 0, plugins.err
-        proc.stdout.close()  # tee is gone
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group, MCP server included
-        code = await asyncio.to_thread(proc.wait, 30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert code == 0
-    assert not (data_dir / "cli.sock").exists()
