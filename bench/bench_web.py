@@ -44,20 +44,20 @@ def ms(values: list[float]) -> tuple[float, float]:
 class RawHTTP:
     """One keep-alive HTTP/1.1 connection, reading SSE by hand (no client library overhead)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: str) -> None:
-        self.reader, self.writer, self.token = reader, writer, token
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, token: str, host: str) -> None:
+        self.reader, self.writer, self.token, self.host = reader, writer, token, host
 
     @classmethod
     async def connect(cls, server: WebUIServer, token: str) -> RawHTTP:
         reader, writer = await asyncio.open_connection(server.host, server.port)
-        return cls(reader, writer, token)
+        return cls(reader, writer, token, f"{server.host}:{server.port}")  # the web UI answers only its own names
 
     async def stream_chat(self, text: str) -> tuple[float, float]:
         """(seconds to the first content_delta, seconds to the response frame)."""
         body = json.dumps({"text": text}).encode()
         started = time.perf_counter()
         self.writer.write(
-            f"POST /api/v1/chat/stream HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer {self.token}\r\n"
+            f"POST /api/v1/chat/stream HTTP/1.1\r\nHost: {self.host}\r\nAuthorization: Bearer {self.token}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
@@ -159,7 +159,7 @@ async def fanout(daemon: Daemon, server: WebUIServer, token: str, clients: int, 
     async def sse_client(ready: asyncio.Event, counter: list[int]) -> None:
         reader, writer = await asyncio.open_connection(server.host, server.port)
         writer.write(
-            f"GET /api/v1/events?types=bench&since=now HTTP/1.1\r\nHost: b\r\n"
+            f"GET /api/v1/events?types=bench&since=now HTTP/1.1\r\nHost: {server.host}:{server.port}\r\n"
             f"Authorization: Bearer {token}\r\n\r\n".encode()
         )
         await writer.drain()

@@ -380,3 +380,21 @@ async def test_reasoning_is_visible_while_it_streams(stack: Stack) -> None:
             for field in keys:
                 config.delete(f"core.llm.sources.fake.{field}")
             await stack.web.daemon.llm.reload()
+
+
+async def test_a_waiting_tool_call_is_allowed_from_the_chat_and_logged(stack: Stack) -> None:
+    page = await stack.show("chat")
+    await send(page, '/tool cmd_run {"command": "touch approved-in-browser"}')
+    card = page.locator(".approval").last
+    await expect(card.locator("code").first).to_have_text("cmd_run")
+    await expect(card.locator("pre")).to_contain_text("touch approved-in-browser")
+    await expect(card.locator("[data-answer='always']")).to_have_text("Always for touch *")
+    await shot(page, "approval")
+    await card.locator("[data-answer='once']").click()
+    await expect(card.locator(".badge")).to_have_text("allowed")
+    tool = page.locator(".msg.assistant").last.locator(".tool-call[data-tool='cmd_run']")
+    await expect(tool.locator(".badge")).to_have_text("ok")
+    page = await stack.show("approvals")
+    await expect(page.locator("#approvals-log")).to_contain_text("touch approved-in-browser")
+    await expect(page.locator("#approvals-log .badge").first).to_have_text("allowed")
+    assert not page.errors  # type: ignore[attr-defined]

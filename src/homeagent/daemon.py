@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import logging.handlers
 import os
@@ -29,6 +31,8 @@ from homeagent.agent.prompt import PromptBuilder
 from homeagent.agent.stages import StageHost
 from homeagent.agent.subagents import SubAgents
 from homeagent.agent.tools import ToolRegistry
+from homeagent.approvals import DEFAULT_ASK, ApprovalBroker, ApprovalPolicy, ApprovalStore, PolicyConfig
+from homeagent.approvals.desk import socket_methods as approval_methods
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
 from homeagent.console import ConsoleLogHandler, say
@@ -37,13 +41,14 @@ from homeagent.datalock import AlreadyRunning, DataDirLock
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import IOManager
-from homeagent.io.socket_server import RPCError, SocketServer
+from homeagent.io.socket_server import RPCError, SocketLimits, SocketServer
 from homeagent.knowledge.base import KnowledgeBase
 from homeagent.knowledge.tools import knowledge_tools
 from homeagent.llm_control import LLMControl
 from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.context import ContextTurnMemory, RelevanceContext
 from homeagent.memory.distill import RuleDistiller
+from homeagent.memory.doc_api import DocMemoryService
 from homeagent.memory.documents import DocumentStore, render_injection
 from homeagent.memory.embedder import build_embedder
 from homeagent.memory.graph import GraphDB
@@ -51,18 +56,23 @@ from homeagent.memory.graph_tools import graph_tools
 from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.loops import MemoryLoops
+from homeagent.memory.media import MediaAPI, MediaError, MediaGCLoop, MediaStore
+from homeagent.memory.media.api import OFF as MEDIA_OFF
+from homeagent.memory.media.owners import MediaOwners
 from homeagent.memory.social import Social
 from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog
 from homeagent.memory.tools import doc_tools
 from homeagent.paths import DataPaths
+from homeagent.plugins.proc.limits import ResourceLimits
 from homeagent.plugins.proc.plugin import ProcOptions, make_loader
 from homeagent.plugins.proc.supervisor import Supervisor
 from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
+from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
-from homeagent.startup import AGENT, MEMORY, PLUGINS, WEB, Startup, StillStarting
+from homeagent.startup import AGENT, APPROVALS, MEMORY, PLUGINS, WEB, Startup, StillStarting
 from homeagent.threads import run_detached
 
 log = logging.getLogger("homeagent.daemon")
@@ -88,7 +98,7 @@ class Daemon:
         self._undo: list[Callable[[], None]] = []
         self._log_handler: logging.Handler | None = None
         self._llm_reload: asyncio.TimerHandle | None = None
-        self.startup = Startup([MEMORY, PLUGINS, AGENT, *([WEB] if web else [])])
+        self.startup = Startup([APPROVALS, MEMORY, PLUGINS, AGENT, *([WEB] if web else [])])
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -132,9 +142,13 @@ class Daemon:
             persona_file=lambda: cfg.get_str("core.agent.persona_file", ""),
         )
         # The socket comes up first (status works, messages queue) while memory and plugins load.
-        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self._cancel_turn, gate=self._gate)
+        self.socket = SocketServer(
+            self.paths.socket, self.io, cancel_turn=self._cancel_turn, limits=self._socket_limits, gate=self._gate
+        )
         self._register_rpc()
         await self.socket.start()
+        await self._start_approvals()
+        self.startup.done(APPROVALS)
         await self._start_memory()
         self.startup.done(MEMORY)
 
@@ -143,6 +157,9 @@ class Daemon:
             tool_timeout=lambda: cfg.get_duration("core.agent.tool_timeout", 120.0),
             temperature=lambda: cfg.get_float("core.llm.temperature", 0.7),
             max_tokens=lambda: cfg.get_int("core.llm.max_tokens", 4096),
+            proactive_channels=lambda: [
+                c.strip() for c in cfg.get_str("core.agent.proactive_channels", "cli,webui").split(",") if c.strip()
+            ],
         )
         self.runner = TurnRunner(
             stages=self.stages,
@@ -154,6 +171,7 @@ class Daemon:
             channels=self.channels,
             textlog=self.textlog,
             settings=settings,
+            gate=self.approvals,
         )
         self.agent = Agent(self.io, self.runner)
 
@@ -170,6 +188,7 @@ class Daemon:
                 settings=settings,
                 tool_filter=tool_filter,
                 slot=LLMSlot(),
+                gate=self.approvals,  # the parent's policy; a child's requests go to the owner too
             )
 
         self.subagents = SubAgents(
@@ -205,13 +224,14 @@ class Daemon:
                 data_dir=self.paths.root,
                 textlog=self.textlog,
                 cleaners=self.cleaners,
-                docs=self.docs,
+                docs=DocMemoryService(self.docs),
                 context=self.context,
                 graph=self.graph,
                 knowledge=self.knowledge,
                 social=self.social,
             ),
             self.paths.resolve(cfg.get_str("core.plugin.dir", ""), self.paths.plugins),
+            shipped=BUNDLED_DIR,
         )
         health = HealthSources(started_at=self.started_at, agent_status=self.agent.status)
         for name, factory in builtin_factories(health=health).items():
@@ -221,7 +241,12 @@ class Daemon:
             "process",
             make_loader(
                 self.supervisor,
-                options=ProcOptions(call_timeout=cfg.get_duration("core.agent.tool_timeout", 120.0)),
+                options=ProcOptions(
+                    call_timeout=cfg.get_duration("core.agent.tool_timeout", 120.0),
+                    log_rate=float(cfg.get_int("core.plugin.log_rate", 50)),
+                    log_burst=4.0 * cfg.get_int("core.plugin.log_rate", 50),
+                    limits=self._plugin_limits,
+                ),
                 plugins=self.plugins,
             ),
         )
@@ -235,6 +260,40 @@ class Daemon:
             await self._start_web()
         self.startup.finish()  # the web UI is up, or failed and says so in the notes
         log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
+
+    async def _start_approvals(self) -> None:
+        """The approval policy, its store and the broker tool calls wait in; answered over the socket and web."""
+        cfg = self.config
+
+        def read_policy() -> PolicyConfig:
+            try:
+                timeout = cfg.get_duration("core.approvals.timeout", 120.0)
+            except ConfigError:
+                timeout = 120.0
+            try:
+                return PolicyConfig.parse(
+                    cfg.get_str("core.approvals.ask", DEFAULT_ASK), cfg.get_str("core.approvals.deny", ""),
+                    cfg.get("core.approvals.rules", []), timeout,
+                )
+            except (ConfigError, ValueError) as exc:  # fail closed: a broken policy asks about everything
+                log.error("approval settings are invalid (%s): every tool call asks until they are fixed", exc)
+                return PolicyConfig(ask=("*",), timeout=timeout)
+
+        store = await asyncio.to_thread(ApprovalStore, self.paths.root / "approvals.db")
+        policy = ApprovalPolicy(read_policy, store.rules)
+        self.approvals = ApprovalBroker(policy, store, self.events, notify=self.socket.broadcast)
+        for name, fn in approval_methods(self.approvals).items():
+            self.socket.add_method(name, self._rpc_guard(fn))
+
+    @staticmethod
+    def _rpc_guard(fn: Callable[[dict[str, Any]], Awaitable[Any]]) -> Callable[[dict[str, Any]], Awaitable[Any]]:
+        async def call(params: dict[str, Any]) -> Any:
+            try:
+                return await fn(params)
+            except ValueError as exc:
+                raise RPCError(str(exc)) from exc
+
+        return call
 
     async def _start_memory(self) -> None:
         """Build the three memory tiers around one shared embedder; heavy loading runs off the loop."""
@@ -277,6 +336,7 @@ class Daemon:
             graph_path, "memory graph", lambda: GraphDB.open(graph_path),
             kept="documents, the conversation window and the text log are",
         )
+        await self._start_media()
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
@@ -285,8 +345,8 @@ class Daemon:
             self.paths.resolve(cfg.get_str("core.knowledge.path", ""), self.paths.knowledge), self.embedder
         )
         for definition, handler in (
-            *doc_tools(self.context, self.docs),
-            *graph_tools(self.graph, self.indexer, self.social),
+            *doc_tools(self.context, self.docs, media=self.media),
+            *graph_tools(self.graph, self.indexer, self.social, media=self.media),
             *knowledge_tools(self.knowledge),
         ):
             definition.plugin = definition.plugin or "memory"
@@ -338,6 +398,43 @@ class Daemon:
         # Loading models and dictionaries takes seconds: do it in the background so the socket is up at once.
         self._warmup = asyncio.get_running_loop().create_task(self._warm_memory(analyzer), name="memory-warmup")
 
+    async def _start_media(self) -> None:
+        """The media store when ``core.memory.media.enabled`` (read once, at start); else None and media is text."""
+        cfg = self.config
+        self.media: MediaStore | None = None
+        self.media_gc: MediaGCLoop | None = None
+        if not cfg.get_bool("core.memory.media.enabled", True):
+            log.info("media store off (core.memory.media.enabled); media stays text")
+            return
+        root = self.paths.memory / "media"
+
+        async def open_media() -> MediaStore:
+            return await asyncio.to_thread(
+                MediaStore,
+                root,
+                max_bytes=lambda: cfg.get_int("core.memory.media.max_bytes", 20 * 1024 * 1024),
+                cap=lambda: cfg.get_int("core.memory.media.cap", 1024 * 1024 * 1024),
+                min_age=lambda: cfg.get_duration("core.memory.media.gc_min_age", "24h"),
+            )
+
+        try:
+            self.media = await self._open_store(
+                root / "media.db", "media store", open_media,
+                kept="the media files (adopted again by the next GC pass) and every other memory are",
+            )
+        except (OSError, sqlite3.Error) as exc:  # unwritable, locked, a file where the folder should be
+            note = f"media store at {root} not available ({type(exc).__name__}: {exc}); media stays text"
+            log.error("%s", note)
+            self.notes.append(note)
+            return
+        self.media_gc = MediaGCLoop(
+            self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"), owners=self._media_owners()
+        )
+        self.media_gc.start()
+
+    def _media_owners(self) -> MediaOwners:
+        return MediaOwners(documents=self.docs, window=self.context, graph=self.graph)
+
     async def _open_store(self, path: Path, label: str, opener: Callable[[], Awaitable[_S]], *, kept: str) -> _S:
         """Open a SQLite store; a corrupt file is set aside (never deleted) and a fresh one opened.
 
@@ -382,6 +479,12 @@ class Daemon:
             await self.context.close()
         if hasattr(self, "indexer"):
             await self.indexer.close()
+        media_gc: MediaGCLoop | None = getattr(self, "media_gc", None)
+        if media_gc is not None:
+            await media_gc.stop()
+        media: MediaStore | None = getattr(self, "media", None)
+        if media is not None:
+            await media.aclose()
         if hasattr(self, "graph"):
             await self.graph.close()
         if hasattr(self, "docs"):
@@ -495,6 +598,20 @@ class Daemon:
         }
         for name, fn in methods.items():
             self.socket.add_method(name, fn)
+        for name in ("media.list", "media.show", "media.gc", "media.add"):
+            self.socket.add_method(name, functools.partial(self._rpc_media, name))
+
+    async def _rpc_media(self, method: str, params: dict[str, Any]) -> Any:
+        media = getattr(self, "media", None)
+        if media is None:
+            raise RPCError(
+                f"{MEDIA_OFF} (core.memory.media.enabled is false, or memory is still starting); "
+                "turn it on with `homeagent config set core.memory.media.enabled true` and restart"
+            )
+        try:
+            return await MediaAPI(media, self._media_owners()).methods()[method](params)
+        except (MediaError, ValueError) as exc:
+            raise RPCError(str(exc)) from exc
 
     async def _rpc_memory_search(self, params: dict[str, Any]) -> Any:
         query = str(params.get("query", ""))
@@ -512,6 +629,41 @@ class Daemon:
         except StillStarting as exc:
             raise RPCError(str(exc)) from exc
 
+    def _plugin_limits(self, name: str) -> ResourceLimits:
+        """A subprocess plugin's memory and CPU-time limits: the defaults, or its entry in core.plugin.limits."""
+        cfg = self.config
+        memory = cfg.get_int("core.plugin.max_memory_mb", 1024)
+        cpu = cfg.get_int("core.plugin.max_cpu_seconds", 0)
+        overrides = cfg.get("core.plugin.limits", {})
+        if isinstance(overrides, str):
+            try:
+                overrides = json.loads(overrides or "{}")
+            except ValueError:
+                overrides = {}
+        own = overrides.get(name) if isinstance(overrides, dict) else None
+        if isinstance(own, dict):
+            for key, value in own.items():
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    log.warning("core.plugin.limits: %s.%s = %r is not a whole number >= 0; ignored", name, key, value)
+                elif key == "max_memory_mb":
+                    memory = value
+                elif key == "max_cpu_seconds":
+                    cpu = value
+                else:
+                    log.warning("core.plugin.limits: %s.%s is not a limit (max_memory_mb, max_cpu_seconds)", name, key)
+        return ResourceLimits(max_memory_mb=memory, max_cpu_seconds=cpu)
+
+    def _socket_limits(self) -> SocketLimits:
+        """Per-connection limits of the local socket, read for each new connection."""
+        cfg = self.config
+        unread = cfg.get_int("core.socket.max_unread_bytes", 8 * 1024 * 1024)
+        return SocketLimits(
+            max_inflight_rpcs=cfg.get_int("core.socket.max_inflight_rpcs", 32),
+            max_queued_turns=cfg.get_int("core.socket.max_queued_turns", 8),
+            max_unread_bytes=unread,
+            pause_reading_bytes=unread // 8,
+        )
+
     def _cancel_turn(self) -> bool:
         return self.agent.cancel_turn() if hasattr(self, "agent") else False
 
@@ -526,11 +678,13 @@ class Daemon:
             "uptime_s": time.time() - self.started_at,
             "data_dir": str(self.paths.root),
             "socket": str(self.paths.socket),
+            "socket_clients": self.socket.stats(),
             "web": self.web_url,
             "agent": self.agent.status() if hasattr(self, "agent") else {"busy": False, "starting": True},
             "llm_source": self.llm.manager.current_source(),
             "tools": len(self.tools.tools()),
             "plugins": len(self.plugins.running()) if hasattr(self, "plugins") else 0,
+            "approvals_pending": len(self.approvals.pending()) if hasattr(self, "approvals") else 0,
             "events": self.events.stats(),
             "ready": self.startup.ready,
             "starting": self.startup.starting,
@@ -538,6 +692,8 @@ class Daemon:
 
     # ----------------------------------------------------------------- config
     def _on_config_change(self, key: str, value: Any) -> None:
+        if key.startswith("core.approvals.") and hasattr(self, "approvals"):
+            self.approvals.policy.invalidate()
         if key.startswith("core.llm."):
             # several keys often change together: rebuild once, shortly after the last one
             if self._llm_reload is not None:
@@ -557,6 +713,7 @@ class Daemon:
             ("socket", lambda: self.socket.close()),
             ("agent", lambda: self.agent.stop()),
             ("subagents", lambda: self.subagents.close()),
+            ("approvals", lambda: self.approvals.close()),
             ("plugins", lambda: self.plugins.stop_all()),
             ("plugin processes", lambda: self.supervisor.close()),
             ("memory", lambda: self._stop_memory()),
@@ -584,7 +741,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

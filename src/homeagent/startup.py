@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
+APPROVALS = "approvals"
 MEMORY = "memory"
 AGENT = "agent"
 PLUGINS = "plugins"
@@ -26,7 +27,9 @@ START_WAIT = 20.0
 _ALWAYS = frozenset({"status", "shutdown", "agent.cancel"})
 _BY_PREFIX: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("llm.", ()),  # the LLM sources start before the socket
+    ("approvals.", (APPROVALS,)),
     ("memory.", (MEMORY,)),
+    ("media.", (MEMORY,)),
     ("knowledge.", (MEMORY,)),
     ("plugins.", (PLUGINS,)),
     ("tools.", (PLUGINS,)),

@@ -93,13 +93,21 @@ async def tool_value(services: PluginServices, name: str, args: dict[str, Any], 
 
 
 @asynccontextmanager
-async def llm_daemon(data_dir: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Daemon]:
-    """A real daemon whose only LLM is the scripted fake server."""
+async def llm_daemon(
+    data_dir: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch, *, ask: str | None = ""
+) -> AsyncIterator[Daemon]:
+    """A real daemon whose only LLM is the scripted fake server.
+
+    ``ask`` is written to ``core.approvals.ask``: tests of other things turn asking off (no owner is there to
+    answer); pass None to keep the shipped default, as tests/test_approvals.py does.
+    """
     monkeypatch.setenv("HOMEAGENT_LLM_BASE_URL", fake.base_url)
     monkeypatch.setenv("HOMEAGENT_LLM_API_KEY", "sk-test-secret-0000")
     monkeypatch.setenv("HOMEAGENT_LLM_MODEL", "gpt-fake")
     d = Daemon(DataPaths(data_dir), web=False)
     await d.start()
+    if ask is not None:
+        d.config.set("core.approvals.ask", ask)
     try:
         yield d
     finally:

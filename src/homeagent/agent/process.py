@@ -42,7 +42,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
+from homeagent.agent.gate import ToolGate
 from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
+from homeagent.agent.origin import TURN_ORIGIN
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
 from homeagent.agent.stages import StageHost
 from homeagent.agent.tools import ToolRegistry, result_text
@@ -51,7 +53,7 @@ from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import CONSOLIDATION_CHANNEL, InputMessage, TurnResult
 from homeagent.memory.textlog import TextLog
 from homeagent.providers.base import ChatRequest, ChatResponse, ProviderError, StreamChunk
-from homeagent.sdk.types import Stage, StageContext, ToolCall, ToolDef, ToolResult
+from homeagent.sdk.types import Origin, Stage, StageContext, ToolCall, ToolDef, ToolResult
 
 log = logging.getLogger("homeagent.agent")
 
@@ -71,6 +73,7 @@ class TurnSettings:
     tool_timeout: Callable[[], float] = lambda: 120.0
     temperature: Callable[[], float | None] = lambda: None
     max_tokens: Callable[[], int | None] = lambda: None
+    proactive_channels: Callable[[], list[str]] = lambda: []
 
     def read(self) -> TurnValues:
         return TurnValues(max(1, int(self.max_tool_turns())), float(self.tool_timeout()), self.temperature(),
@@ -122,6 +125,7 @@ class _Turn:
     rounds: int = 0
     values: TurnValues = field(default_factory=TurnValues)
     no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
+    refused_rounds: int = 0  # rounds whose every call the approval gate refused
 
     async def frame(self, frame: dict[str, Any]) -> None:
         sink = self.message.sink
@@ -150,6 +154,7 @@ class TurnRunner:
         settings: TurnSettings | None = None,
         tool_filter: Callable[[ToolDef], bool] | None = None,
         slot: LLMSlot | None = None,
+        gate: ToolGate | None = None,
     ) -> None:
         self.stages = stages
         self.tools = tools
@@ -162,6 +167,7 @@ class TurnRunner:
         self.settings = settings or TurnSettings()
         self.tool_filter = tool_filter
         self.slot = slot or LLMSlot()
+        self.gate = gate
         self._tools_cache: tuple[int, list[ToolDef], list[dict[str, Any]]] | None = None
 
     # ------------------------------------------------------------------
@@ -180,6 +186,15 @@ class TurnRunner:
         self.events.publish(
             "raw_input", {"id": message.id, "text": message.text, "channel": message.channel, "source": message.source}
         )
+        # tools that arrange a later reply (timers) keep this, so it reaches the same chat
+        origin = TURN_ORIGIN.set(Origin(options.deliver_to or message.channel, options.user_id, options.group_id))
+        try:
+            return await self._run(ctx, turn)
+        finally:
+            TURN_ORIGIN.reset(origin)
+
+    async def _run(self, ctx: StageContext, turn: _Turn) -> TurnResult:
+        message = turn.message
         try:
             final = await self._pipeline(ctx, turn)
         except asyncio.CancelledError:
@@ -275,6 +290,9 @@ class TurnRunner:
             if ctx.response is not None:
                 return ctx.response
             if all(r.status == "denied" for r in results):
+                if not turn.refused_rounds and all(_by_approval(r) for r in results):
+                    turn.refused_rounds += 1
+                    continue  # the owner's "no" (or no answer): one more step for the model to tell the user
                 return ctx.llm_text or "; ".join(str(r.result.get("content", "")) for r in results if isinstance(r.result, dict))
         return ctx.llm_text
 
@@ -354,18 +372,39 @@ class TurnRunner:
             messages.append(_tool_message(call, result_text(result)))
         return results
 
+    async def _admit(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> bool:
+        """Ask the gate (policy, maybe the owner) before the call runs; a refusal marks it denied."""
+        if self.gate is None or call.denied or call.name not in self.tools or not self._offered(call.name):
+            return False  # unknown and unoffered tools get the registry's or the filter's error instead
+        reason = await self.gate.admit(call, ctx, turn.frame if turn.message.sink is not None else None)
+        if reason is None:
+            return False
+        call.denied, call.deny_reason = True, reason
+        return True
+
     async def _run_one(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> ToolResult:
         call_ctx = dataclasses.replace(ctx, tool_call=call, tool_result=None)
+        gated = await self._admit(ctx, turn, call)  # before the stage: handlers see the refusal as a denial
+        refusal = call.deny_reason
+        admitted = dict(call.arguments) if self.gate is not None else None
         if await self.stages.run(Stage.BEFORE_TOOLCALL, call_ctx):
             ctx.response = call_ctx.response
+        if gated:  # a handler cannot lift the policy's or the owner's refusal
+            call.denied, call.deny_reason = True, refusal
+        elif admitted is not None and not call.denied and call.arguments != admitted:
+            gated = await self._admit(ctx, turn, call)  # a handler changed the arguments: check what will run
         if call.denied:
+            content: dict[str, Any] = {"isError": True,
+                                       "content": f"tool call denied: {call.deny_reason or 'by a stage handler'}"}
+            if gated:
+                content["approval"] = "denied"
             result = ToolResult(
                 call_id=call.id,
                 name=call.name,
                 plugin=call.plugin,
                 success=False,
                 status="denied",
-                result={"isError": True, "content": f"tool call denied: {call.deny_reason or 'by a stage handler'}"},
+                result=content,
             )
         elif not self._offered(call.name):
             # the filter must hold for calls too: a model can name a tool it was not offered
@@ -519,8 +558,36 @@ class TurnRunner:
             return
         if message.reply is not None or turn.consolidation or not result.text:
             return
-        if self.channels is not None and self.channels.get(message.channel) is not None:
-            await self.channels.send(message.channel, result.text, {"reply_to": message.id, "user_id": message.options.user_id})
+        await self._send_to_channel(message, result.text)
+
+    async def _send_to_channel(self, message: InputMessage, text: str) -> None:
+        """A reply nobody waits for (a plugin's input, a timer's turn) goes to an output channel.
+
+        To the channel the input asked for (``deliver_to``: where a timer was
+        set), else its own; when that is no output channel (an input on
+        ``timer``), to every channel of ``core.agent.proactive_channels`` that
+        exists; else only the text log and the event stream keep it, and the
+        log says so.
+        """
+        if self.channels is None:
+            return
+        options = message.options
+        wanted = options.deliver_to or message.channel
+        targets = [wanted] if self.channels.get(wanted) is not None else [
+            name for name in dict.fromkeys(self.settings.proactive_channels()) if self.channels.get(name) is not None
+        ]
+        for target in targets:
+            meta = {"reply_to": message.id, "user_id": options.user_id, "group_id": options.group_id,
+                    "proactive": target != message.channel, "source": message.source}
+            await self.channels.send(target, text, meta)
+        if not targets:
+            log.info("reply to input %s on channel %r reached no output channel (see core.agent.proactive_channels)",
+                     message.id, wanted)
+
+
+def _by_approval(result: ToolResult) -> bool:
+    """A denial by the approval gate: the model gets one more round to tell the user."""
+    return isinstance(result.result, dict) and "approval" in result.result
 
 
 def _assistant_message(text: str, calls: list[ToolCall]) -> dict[str, Any]:

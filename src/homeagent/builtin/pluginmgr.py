@@ -6,8 +6,8 @@ Every failure comes back to the model as ``{"isError": true, "content": …}``.
 
 Installing, removing and enabling a plugin start (or swap) code that runs as
 the owner, so the model may not do them: a prompt-injected turn could
-otherwise write a plugin folder and install it. Until an approval flow exists
-the tools answer with a refusal that tells the model what to ask the owner to
+otherwise write a plugin folder and install it. Stricter than an approval
+(``core.approvals``), the tools answer with a refusal that tells the model what to ask the owner to
 run (``homeagent plugin install …`` or the web UI's Plugins page). For the same
 reason ``plgreload`` reloads only plugins that are already loaded: a folder
 that appeared since is started by the owner's ``homeagent plugin reload``.
@@ -40,7 +40,7 @@ def owner_action(action: str, command: str) -> dict[str, Any]:
     """The refusal the model gets for a plugin action only the owner may take."""
     return {"isError": True, "content": (
         f"{action} is the owner's decision: it would run new code as the owner, and the model may not do that "
-        f"(no approval flow exists yet, so it is refused). Ask the owner to run `{command}` or to use the "
+        f"(so it is refused, even with an approval). Ask the owner to run `{command}` or to use the "
         "Plugins page of the web UI.")}
 
 

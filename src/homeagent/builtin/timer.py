@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import sqlite3
 import threading
@@ -42,7 +44,7 @@ from croniter import croniter
 
 from homeagent.config.values import format_duration, parse_duration
 from homeagent.sdk.api import PluginSDK
-from homeagent.sdk.types import ConfigDef, InjectOptions, ToolDef
+from homeagent.sdk.types import ConfigDef, InjectOptions, Origin, ToolDef
 
 __all__ = ["Timer", "TimerPlugin", "TimerStore", "create_plugin"]
 
@@ -70,10 +72,22 @@ class Timer:
     state: str = "active"  # active | fired | cancelled
     fired_count: int = 0
     last_fired: float | None = None
+    origin: Origin | None = None  # the chat it was set from: its reply goes there
 
     @property
     def label(self) -> str:
         return f"t{self.id}"
+
+
+def _origin(stored: str | None) -> Origin | None:
+    """A timer's stored origin (None for timers of older versions or an unreadable value)."""
+    if not stored:
+        return None
+    try:
+        data = json.loads(stored)
+        return Origin(str(data["channel"]), str(data.get("user_id", "")), str(data.get("group_id", "")))
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class TimerStore:
@@ -90,6 +104,9 @@ class TimerStore:
             "message TEXT NOT NULL, spec TEXT NOT NULL, due REAL NOT NULL, created REAL NOT NULL, "
             "state TEXT NOT NULL DEFAULT 'active', fired_count INTEGER NOT NULL DEFAULT 0, last_fired REAL)"
         )
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(timers)")}
+        if "origin" not in columns:  # timers of older versions reply through core.agent.proactive_channels
+            self._db.execute("ALTER TABLE timers ADD COLUMN origin TEXT")
 
     def close(self) -> None:
         with self._lock:
@@ -97,9 +114,9 @@ class TimerStore:
 
     @staticmethod
     def _row(r: tuple[Any, ...]) -> Timer:
-        return Timer(int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6], int(r[7]), r[8])
+        return Timer(int(r[0]), r[1], r[2], r[3], float(r[4]), float(r[5]), r[6], int(r[7]), r[8], _origin(r[9]))
 
-    _COLS = "id, kind, message, spec, due, created, state, fired_count, last_fired"
+    _COLS = "id, kind, message, spec, due, created, state, fired_count, last_fired, origin"
 
     def active(self) -> list[Timer]:
         with self._lock:
@@ -119,15 +136,16 @@ class TimerStore:
             row = self._db.execute(f"SELECT {self._COLS} FROM timers WHERE id = ?", (timer_id,)).fetchone()
         return self._row(row) if row else None
 
-    def add(self, kind: str, message: str, spec: str, due: float) -> Timer:
+    def add(self, kind: str, message: str, spec: str, due: float, origin: Origin | None = None) -> Timer:
         now = time.time()
+        stored = json.dumps(dataclasses.asdict(origin)) if origin is not None else None
         with self._lock:
             cur = self._db.execute(
-                "INSERT INTO timers (kind, message, spec, due, created) VALUES (?, ?, ?, ?, ?)",
-                (kind, message, spec, due, now),
+                "INSERT INTO timers (kind, message, spec, due, created, origin) VALUES (?, ?, ?, ?, ?, ?)",
+                (kind, message, spec, due, now, stored),
             )
         assert cur.lastrowid is not None
-        return Timer(cur.lastrowid, kind, message, spec, due, now)
+        return Timer(cur.lastrowid, kind, message, spec, due, now, origin=origin)
 
     def save(self, t: Timer) -> None:
         with self._lock:
@@ -363,9 +381,14 @@ class TimerPlugin:
         is_late = late > LATE_AFTER
         if is_late:
             text += f" [late: was due at {_iso(due, self._zone())}, {_human(late)} ago — the daemon was not running]"
+        origin = t.origin
         self._sdk.inject_interrupt_text(
             "timer", "timer", text,
-            options=InjectOptions(no_memory=True, priority=3, meta={"timer_id": t.label, "late": is_late}),
+            options=InjectOptions(
+                no_memory=True, priority=3, meta={"timer_id": t.label, "late": is_late},
+                deliver_to=origin.channel if origin else "", user_id=origin.user_id if origin else "",
+                group_id=origin.group_id if origin else "",
+            ),
         )
         self.fired.append((t.id, due, now))
         del self.fired[:-1000]
@@ -453,7 +476,8 @@ class TimerPlugin:
             if due - now > limit + 0.5:
                 return _err(f"that is {_human(due - now)} from now; one-off timers may be at most "
                             f"{_human(limit)} ahead (max_duration)")
-        t = await asyncio.to_thread(self._store.add, kind, message, spec, due)
+        origin = self._sdk.current_origin() if self._sdk is not None else None
+        t = await asyncio.to_thread(self._store.add, kind, message, spec, due, origin)
         self._active[t.id] = t
         self._wake.set()
         return {"status": "set", **self._describe(t, time.time())}

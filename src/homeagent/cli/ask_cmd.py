@@ -14,6 +14,7 @@ import contextlib
 import json
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from homeagent.cli.client import Client, connect_to
@@ -30,6 +31,9 @@ def register(sub: Any) -> None:
     ask.add_argument("--no-stream", action="store_true", help="print only the final reply, at the end (for scripts)")
     ask.add_argument("--json", action="store_true", help="print the whole result as JSON (implies --no-stream)")
     ask.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the reply (default 300)")
+    ask.add_argument("--image", action="append", default=[], metavar="FILE",
+                     help="keep FILE in the media store and add its marker to the message (repeatable); "
+                     "the model reads the marker, not the pixels")
     ask.set_defaults(func=cmd_ask)
 
 
@@ -37,8 +41,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     from homeagent.cli.main import paths_from
 
     text = " ".join(args.text)
+    images = [Path(f).expanduser().resolve() for f in args.image]  # the daemon reads them by absolute path
     printer = None if args.no_stream or args.json else ReplyPrinter(sys.stdout, sys.stderr, prefix="")
-    result = asyncio.run(ask(paths_from(args), text, printer=printer, timeout=args.timeout))
+    result = asyncio.run(ask(paths_from(args), text, printer=printer, timeout=args.timeout, images=images))
     result.pop("type", None)
     if args.json:
         print(json.dumps(result, ensure_ascii=False, indent=2))
@@ -51,9 +56,19 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0 if result.get("ok") else 1
 
 
-async def ask(paths: DataPaths, text: str, *, printer: ReplyPrinter | None, timeout: float) -> dict[str, Any]:
+async def ask(
+    paths: DataPaths, text: str, *, printer: ReplyPrinter | None, timeout: float, images: list[Path] | None = None
+) -> dict[str, Any]:
     """Send ``text``, follow its turn to the end; returns the response frame plus ``tool_calls``."""
     client = await connect_to(paths)
+    if images:
+        from homeagent.cli.media_cmd import attach_images
+
+        try:
+            text = "\n".join([text, *await attach_images(client, images)])
+        except BaseException:
+            await client.close()
+            raise
     loop = asyncio.get_running_loop()
     me = asyncio.current_task()
     stops = 0
@@ -106,7 +121,15 @@ async def _follow(client: Client, text: str, printer: ReplyPrinter | None) -> di
         if kind == "ack" and frame.get("of") == "cancel" and not frame.get("cancelled"):
             # nothing was running: the daemon has not picked this message up yet (another turn runs)
             return {"ok": False, "interrupted": True, "error": "stopped before the turn started", "tool_calls": tools}
-        if kind == "tool_call":
+        if kind == "approval_request":
+            from homeagent.cli.approvals_cmd import describe
+
+            note = f"approval needed {describe(frame)}: answer with `homeagent approvals allow|deny {frame.get('id')}`"
+            if printer is not None:
+                printer.note(note)
+            else:
+                print(note, file=sys.stderr, flush=True)
+        elif kind == "tool_call":
             tools.append({k: frame.get(k) for k in ("tool", "status", "result")})
         elif kind == "error":
             errors.append(str(frame.get("message")))

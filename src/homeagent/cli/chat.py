@@ -1,8 +1,9 @@
 """``homeagent chat``: an interactive client with streamed replies.
 
 Reasoning is shown dimmed as it streams, then the answer; tool calls appear as
-one line each (see :mod:`homeagent.cli.render`). Lines starting with ``/`` are
-commands (/help lists them).
+one line each (see :mod:`homeagent.cli.render`); a tool call that needs your
+approval is asked inline (y once, a always, anything else denies). Lines
+starting with ``/`` are commands (/help lists them).
 
 While a reply streams the terminal still takes input: ``!text`` sends text as
 an interrupt (it reaches the model before its next call), ``/cancel`` (or
@@ -240,6 +241,9 @@ class ChatSession:
                     self.client = None
                     self.queued.clear()
                     return
+                if frame.get("type") == "approval_request":  # the turn waits for you: answer inline
+                    await self._approve(client, frame, listening)
+                    continue
                 if self.printer.feed(frame):
                     return
         finally:
@@ -248,6 +252,22 @@ class ChatSession:
             self.busy = False
             self.printer = None
             self._typed = b""
+
+    async def _approve(self, client: Client, request: dict[str, Any], listening: bool) -> None:
+        """Ask y/a/N at a readline prompt; typing-during-the-reply pauses meanwhile (one reader at a time)."""
+        from homeagent.cli.approvals_cmd import prompt_answer
+
+        loop = asyncio.get_running_loop()
+        assert self.printer is not None
+        self.printer.break_line()
+        if listening:
+            loop.remove_reader(sys.stdin.fileno())
+        try:
+            outcome = await prompt_answer(client, request, input)
+        finally:
+            if listening:
+                loop.add_reader(sys.stdin.fileno(), self._on_typed)
+        self.printer.note(f"({outcome})")
 
     def _listen(self) -> bool:
         """Read lines typed while the reply streams (a terminal only: piped input stays for the prompt)."""

@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         "homeagent.cli.plugin_cmd",
         "homeagent.cli.webui_cmd",
         "homeagent.cli.backup_cmd",
+        "homeagent.cli.approvals_cmd",
     ):
         _register_optional(module_name, sub)
     return parser
@@ -161,6 +162,8 @@ def format_status(status: dict[str, Any]) -> str:
     )
     lines.append(f"LLM        {status.get('llm_source') or 'offline'}")
     lines.append(f"tools      {status.get('tools', 0)}   plugins {status.get('plugins', 0)}")
+    if status.get("approvals_pending"):
+        lines.append(f"approvals  {status['approvals_pending']} tool call(s) waiting: homeagent approvals list")
     return "\n".join(lines)
 
 

@@ -1,5 +1,7 @@
 """``homeagent memory import|search|stats|export``: memory files, read and written directly.
 
+(``memory graph`` and ``memory run-loop`` are in ``graph_cmd.py``, ``memory media`` in ``media_cmd.py``.)
+
 These commands open ``<data>/memory/documents.db`` and ``context.json``
 themselves instead of asking the daemon, so they work whether it runs or
 not: SQLite in WAL mode lets the daemon keep writing while they read, their
@@ -55,6 +57,10 @@ def register(subparsers: Any) -> None:
     from homeagent.cli.graph_cmd import register_memory_graph
 
     register_memory_graph(actions)
+
+    from homeagent.cli.media_cmd import register_memory_media
+
+    register_memory_media(actions)
 
     def no_action(args: argparse.Namespace) -> int:
         mem.print_help(sys.stderr)
@@ -303,6 +309,23 @@ def run_search(
     return 0
 
 
+def _media_stats(data_dir: Path) -> dict[str, Any]:
+    """Counts and bytes of the media store, when it has been created (read directly, like the graph)."""
+    from homeagent.memory.media import MediaStore
+
+    root = data_dir / "memory" / "media"
+    if not (root / "media.db").exists():
+        return {"present": 0, "present_bytes": 0, "path": str(root)}
+    try:
+        store = MediaStore(root)
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "path": str(root)}
+    try:
+        return store.stats()
+    finally:
+        store.close()
+
+
 def _graph_stats(data_dir: Path) -> dict[str, Any]:
     """Entity and relation counts of the knowledge graph (read directly; WAL lets a daemon keep writing)."""
     import asyncio
@@ -367,6 +390,7 @@ def run_stats(data_dir: Path, *, as_json: bool = False, out: TextIO | None = Non
     else:
         result["documents"] = {"documents": 0, "path": str(db_path)}
     result["graph"] = _graph_stats(data_dir)
+    result["media"] = _media_stats(data_dir)
     result["loops"] = _loop_stats(data_dir)
     if as_json:
         print(json.dumps(result, ensure_ascii=False, indent=2), file=out)
@@ -385,6 +409,13 @@ def run_stats(data_dir: Path, *, as_json: bool = False, out: TextIO | None = Non
         print(f"graph (L3)      unreadable: {g['error']}", file=out)
     else:
         print(f"graph (L3)      {g.get('entities', 0)} entities, {g.get('relations', 0)} relations", file=out)
+    m = result["media"]
+    if "error" in m:
+        print(f"media           unreadable: {m['error']}", file=out)
+    else:
+        others = ", ".join(f"{n} {state}" for state, n in sorted(m.get("states", {}).items()) if state != "present")
+        print(f"media           {m['present']} stored, {m['present_bytes'] / 1e6:.1f} MB, "
+              f"{m.get('references', 0)} references" + (f"; {others}" if others else ""), file=out)
     loops = result["loops"]
     if loops is None:
         print("loops           (no daemon running: last runs unknown)", file=out)

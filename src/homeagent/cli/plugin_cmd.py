@@ -14,6 +14,7 @@ import asyncio
 import json
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -135,14 +136,16 @@ def _builtin_names() -> set[str]:
 
 def _local_list(args: argparse.Namespace) -> list[dict[str, Any]]:
     from homeagent.plugins.registry import scan_plugins_dir
+    from homeagent.plugins.shipped import available_entries
 
     config = _local_config(args)
     try:
-        return scan_plugins_dir(
+        items = scan_plugins_dir(
             _plugins_dir(args, config), disabled=set(config.disabled_plugins()), builtins=_builtin_names()
         )
     finally:
         config.close()
+    return items + available_entries({item["name"] for item in items})
 
 
 # ---------------------------------------------------------------- commands
@@ -189,9 +192,27 @@ def cmd_info(args: argparse.Namespace) -> int:
     for key in ("tools", "stages", "channels", "cleaners", "capabilities", "env", "tags", "warnings"):
         if item.get(key):
             print(f"{key + ':':<14}{', '.join(map(str, item[key]))}")
+    status = (item.get("health") or {}).get("status")
+    if status:
+        print(f"{'status:':<14}{status.get('state', '')}" + (f": {status['detail']}" if status.get("detail") else ""))
+    if item.get("note"):
+        print(f"{'note:':<14}{item['note']}")
     skill = item.get("skill")
     if skill and skill.get("missing"):
         print(f"{'missing:':<14}{'; '.join(skill['missing'])}")
+    health = item.get("health") or {}
+    crash = health.get("last_crash")
+    if isinstance(crash, dict) and crash.get("reason"):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(crash.get("at") or 0)))
+        print(f"{'last crash:':<14}{when}: {crash['reason']} (restarts: {health.get('restarts', 0)})")
+    limits = health.get("limits")
+    if isinstance(limits, dict):
+        memory, cpu = limits.get("max_memory_mb") or 0, limits.get("max_cpu_seconds") or 0
+        print(
+            f"{'limits:':<14}memory {f'{memory} MB' if memory else 'unlimited'}, "
+            f"CPU time {f'{cpu} s' if cpu else 'unlimited'}"
+            + (f"; {health['log_dropped']} log lines dropped" if health.get("log_dropped") else "")
+        )
     install = item.get("install")
     if install and install.get("sha256"):
         print(f"{'sha256:':<14}{install['sha256']}")
@@ -286,9 +307,13 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 def _toggle(args: argparse.Namespace, enable: bool) -> int:
     def local() -> Any:
+        from homeagent.plugins.shipped import link_shipped
+
         config = _local_config(args)
         try:
             if enable:
+                if args.name not in _builtin_names():
+                    link_shipped(_plugins_dir(args, config), args.name)
                 config.enable_plugin(args.name)
             else:
                 config.disable_plugin(args.name, "cli")
@@ -300,9 +325,11 @@ def _toggle(args: argparse.Namespace, enable: bool) -> int:
             "note": "no daemon is running: this applies at the next `homeagent run`",
         }
 
+    from homeagent.plugins.package import PackageError
+
     try:
         result = _call(args, "plugins.enable" if enable else "plugins.disable", {"name": args.name}, local)
-    except RemoteError as exc:
+    except (RemoteError, PackageError) as exc:
         return _fail(str(exc))
     line = f"{result['name']}: {result.get('state')}"
     if result.get("error"):

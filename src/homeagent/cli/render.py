@@ -62,6 +62,11 @@ class ReplyPrinter:
             self.out.flush()
             self._content = False
 
+    def break_line(self) -> None:
+        """End the reasoning or reply line in progress (before something else takes the terminal)."""
+        self._end_reasoning()
+        self._end_content_line()
+
     def note(self, text: str, *, color: str = "dim") -> None:
         """A line of its own on the side stream (``(stopping the reply…)``, errors, proactive output)."""
         self._end_reasoning()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from homeagent.approvals.policy import DEFAULT_ASK
 from homeagent.sdk.types import ConfigDef
 
 LOG_LEVELS = ["debug", "info", "warn", "error"]
@@ -106,6 +107,28 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.defaults.llm_endpoints", "", "string", "daemon", "Health-probe endpoints",
              "Comma-separated URLs probed by the health check; empty = the sources' base URLs.",
              owner_only=True),
+        _def("core.plugin.max_memory_mb", 1024, "int", "daemon", "Plugin memory limit",
+             "Memory (MB of heap and private mappings, RLIMIT_DATA) each subprocess plugin may use; an "
+             "allocation past it fails and the plugin is restarted. 0 = no limit. Applies at the next start.",
+             min=0, max=65_536, owner_only=True),
+        _def("core.plugin.max_cpu_seconds", 0, "int", "daemon", "Plugin CPU-time limit",
+             "Seconds of CPU time a subprocess plugin process may use over its life (RLIMIT_CPU) before it is "
+             "stopped and restarted. 0 = no limit. Applies at the next start.", min=0, owner_only=True),
+        _def("core.plugin.limits", "{}", "json", "daemon", "Per-plugin limits",
+             'Overrides per plugin name, e.g. {"indexer": {"max_memory_mb": 4096, "max_cpu_seconds": 0}}.',
+             owner_only=True),
+        _def("core.plugin.log_rate", 50, "int", "daemon", "Plugin log rate",
+             "Log lines per second a subprocess plugin may send (bursts of four times this); more are dropped, "
+             "counted, and summed up in one line.", min=1, max=100_000, owner_only=True),
+        _def("core.socket.max_inflight_rpcs", 32, "int", "daemon", "Socket RPCs in flight",
+             "RPCs one local-socket connection may have unanswered; more are answered at once with a "
+             "busy rpc_error.", min=1, max=10_000, owner_only=True),
+        _def("core.socket.max_queued_turns", 8, "int", "daemon", "Socket queued turns",
+             "Chat turns one local-socket connection may have queued or running; more are refused with a "
+             "busy error and a failed response.", min=1, max=10_000, owner_only=True),
+        _def("core.socket.max_unread_bytes", 8 * 1024 * 1024, "int", "daemon", "Socket unread output",
+             "Bytes of replies a local-socket client may leave unread before it is disconnected with an "
+             "error; the daemon stops reading its frames at an eighth of this.", min=64 * 1024, owner_only=True),
         # ---- paths
         _def("core.daemon.data_dir", p(), "string", "paths", "Data directory",
              "Where HomeAgent keeps its database, memory, plugins and logs (informational: the daemon "
@@ -154,6 +177,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "Events the relevance pruner keeps in the context (newest 10 + most similar).", min=1),
         _def("core.agent.stage_timeout", "10s", "duration", "agent", "Stage handler timeout",
              "Time one plugin stage handler may take before it is cancelled.", min=0.1),
+        _def("core.agent.proactive_channels", "cli,webui", "string", "agent", "Proactive replies go to",
+             "Output channels (comma-separated) for a reply to an input that came from no output channel and "
+             "names none, such as a timer set by a plugin: it goes to each of them that exists. A timer set in "
+             "a chat answers in that chat.", owner_only=True),
         _def("core.agent.tool_timeout", "120s", "duration", "agent", "Tool timeout",
              "Time one tool call may take before it is cancelled.", min=0.1),
         _def("core.agent.workdir", "", "string", "agent", "Working directory",
@@ -179,6 +206,19 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.memory.session_gap", "30m", "duration", "memory", "Conversation gap",
              "Silence after which the next message starts a new conversation session in document memory "
              "(turns are recalled together with their neighbours in the same session).", min=1),
+        _def("core.memory.media.enabled", True, "bool", "memory", "Media memory",
+             "Keep images and files the agent sees in the content-addressed media store (<data>/memory/media) "
+             "and let memory tools attach them by digest; off = media is only text. Read at start."),
+        _def("core.memory.media.max_bytes", 20 * 1024 * 1024, "int", "memory", "Largest media item",
+             "Bytes one image or file may have; a larger one is refused before it is read.", min=1),
+        _def("core.memory.media.cap", 1024 * 1024 * 1024, "int", "memory", "Media store size",
+             "Bytes the media store may hold; above it, media nothing references is evicted, least recently "
+             "used first (descriptions stay). 0 = no cap.", min=0),
+        _def("core.memory.media.gc_min_age", "24h", "duration", "memory", "Media GC grace",
+             "How long media must stay unreferenced, after a GC pass noticed it, before the next pass "
+             "evicts its bytes.", min=0),
+        _def("core.memory.media.gc_interval", "6h", "duration", "memory", "Media GC interval",
+             "How often the daemon runs a media GC pass (mark, sweep, repair, cap).", min=60),
         _def("core.agent.embedding_model_path", "", "string", "memory", "Embedding models",
              "Comma list of word-vector / model2vec paths; empty = the built-in offline embedder.",
              owner_only=True),
@@ -203,12 +243,29 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "Model used with the audio provider."),
         _def("core.input_processing.audio.describe_prompt", "请转写这段音频的内容。", "text", "input",
              "Audio prompt", "Prompt used to turn audio into text."),
+        # ---- approvals (owner-only: the model must not loosen its own leash; docs/security.md)
+        _def("core.approvals.ask", DEFAULT_ASK, "string", "approvals", "Tools that ask",
+             "Comma-separated tool names or patterns (fnmatch) whose calls wait for your approval. Empty: "
+             "nothing asks.", owner_only=True),
+        _def("core.approvals.deny", "", "string", "approvals", "Tools refused",
+             "Comma-separated tool names or patterns the model may never call.", owner_only=True),
+        _def("core.approvals.rules", "[]", "json", "approvals", "Argument rules",
+             'A list of {"tool", "match", "action"}: a call of tool whose command (cmd_run, terminals) or path '
+             "(files tools) matches the fnmatch pattern is allowed, asked or denied; the first match wins, before "
+             "your always rules and the ask list.", owner_only=True),
+        _def("core.approvals.timeout", "120s", "duration", "approvals", "Approval timeout",
+             "How long a tool call waits for your answer; no answer denies it.", min=1, owner_only=True),
         # ---- web UI
         _def("webui.listen_addr", "127.0.0.1:8780", "string", "webui", "Listen address",
              "host:port of the web UI and HTTP API. A non-loopback host also needs webui.allow_remote.",
              owner_only=True),
         _def("webui.allow_remote", False, "bool", "webui", "Allow remote access",
              "Permit webui.listen_addr to bind to a non-loopback address.", owner_only=True),
+        _def("webui.allowed_hosts", "", "string", "webui", "Allowed host names",
+             "Comma list of further names (name or name:port) the web UI answers to in the Host header, "
+             "besides 127.0.0.1, localhost, [::1] and the listen address; others get 421 (DNS rebinding "
+             "protection). On a non-loopback listen address the check applies once this is set; * turns it off.",
+             owner_only=True),
     ]
 
 

@@ -25,7 +25,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,6 +46,7 @@ from homeagent.config.values import (
     parse_int,
 )
 from homeagent.sdk.types import ConfigDef
+from homeagent.sqlite_tx import immediate
 
 log = logging.getLogger(__name__)
 
@@ -204,16 +205,8 @@ class ConfigRegistry:
             raise ConfigError("", f"config database {self.path} is closed")
         return self._db
 
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        db = self.db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return immediate(self.db)
 
     def _migrate(self) -> None:
         db = self.db

@@ -8,6 +8,18 @@ newline and nothing after it is lost; one nested deeper than
 ``homeagent.text.MAX_DEPTH`` is refused. Text is made storable here, once:
 lone UTF-16 surrogates in any string of a frame become U+FFFD.
 
+One client cannot grow the daemon or stall it (per connection, see
+:class:`SocketLimits`): RPCs beyond ``max_inflight_rpcs`` in flight are
+answered at once with a ``busy`` rpc_error, chat frames beyond
+``max_queued_turns`` unfinished turns get a ``busy`` error and a failed
+``response``; output is never awaited (a turn streaming to a client that
+does not read must not stall the agent for everyone), instead the server
+stops reading a client's frames while more than ``pause_reading_bytes`` of
+its output sit unread, and disconnects it with an error frame once that
+exceeds ``max_unread_bytes``. Interrupt frames (each cancels the LLM call in
+flight, and becomes a turn when the agent is idle) are limited to
+``INTERRUPT_RATE`` a second per connection.
+
 Client → daemon frames:
   {"type": "chat", "text": "...", "id"?: "..."}       a message; the turn's frames stream back
   {"type": "interrupt", "text": "..."}                interrupt text for the running turn
@@ -29,10 +41,12 @@ import os
 import socket
 import struct
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from homeagent.io.manager import IOManager
+from homeagent.ratelimit import TokenBucket
 from homeagent.text import TooDeep, loads, scrub_text
 
 log = logging.getLogger("homeagent.socket")
@@ -45,15 +59,54 @@ class RPCError(Exception):
     """Raised by an RPC method to send a clean error message to the client."""
 
 
+@dataclass(frozen=True)
+class SocketLimits:
+    """What one connection may hold in the daemon (settings ``core.socket.*``)."""
+
+    max_inflight_rpcs: int = 32
+    max_queued_turns: int = 8
+    max_unread_bytes: int = 8 * 1024 * 1024
+    pause_reading_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        # reading pauses below the cap, else a client would be cut off before it was slowed down
+        object.__setattr__(self, "pause_reading_bytes", max(1, min(self.pause_reading_bytes, self.max_unread_bytes // 2)))
+
+
+# Interrupt frames per second per connection (bursts of INTERRUPT_BURST).
+INTERRUPT_RATE = 5.0
+INTERRUPT_BURST = 10.0
+# After the overflow error frame is queued, a client has this long to read it before the socket is cut.
+OVERFLOW_GRACE = 5.0
+
+
 class _Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limits: SocketLimits) -> None:
         self.reader = reader
         self.writer = writer
+        self.limits = limits
         self.attached = False
-        self._write_lock = asyncio.Lock()
         self.closed = False
+        self.inflight_rpcs = 0
+        self.queued_turns = 0
+        self.busy_refusals = 0
+        self.overflowed = False
+        self.interrupts = TokenBucket(INTERRUPT_RATE, INTERRUPT_BURST)
+        # drain() then waits while more than pause_reading_bytes are unread: the read loop's back-pressure
+        with contextlib.suppress(AttributeError, RuntimeError, ValueError):
+            writer.transport.set_write_buffer_limits(high=limits.pause_reading_bytes)
+
+    def unread(self) -> int:
+        """Bytes written to this client that it has not read yet (held in the daemon's buffer)."""
+        transport = self.writer.transport
+        return 0 if transport.is_closing() else transport.get_write_buffer_size()
 
     async def send(self, frame: dict[str, Any]) -> None:
+        """A frame sink: never waits for the client (see :meth:`send_now`)."""
+        self.send_now(frame)
+
+    def send_now(self, frame: dict[str, Any]) -> None:
+        """Queue ``frame`` for the client; past ``max_unread_bytes`` unread, disconnect it instead."""
         if self.closed:
             return
         try:
@@ -62,12 +115,52 @@ class _Connection:
             text = json.dumps({"type": "error", "message": f"reply could not be encoded: {exc}"})
         # a surrogate stays raw with ensure_ascii=False; replacing it keeps the frame valid UTF-8
         data = (scrub_text(text) + "\n").encode()
-        async with self._write_lock:
-            try:
-                self.writer.write(data)
-                await self.writer.drain()
-            except (ConnectionError, RuntimeError):
-                self.closed = True
+        if self.writer.transport.is_closing():
+            self.closed = True
+            return
+        unread = self.unread()
+        if unread and unread + len(data) > self.limits.max_unread_bytes:  # (one large reply alone always goes)
+            self._overflow()
+            return
+        try:
+            self.writer.write(data)
+        except (ConnectionError, RuntimeError):
+            self.closed = True
+
+    def _overflow(self) -> None:
+        limit = self.limits.max_unread_bytes
+        unread = self.unread()
+        log.warning("socket client disconnected: %d bytes of its output unread (limit %d bytes)", unread, limit)
+        self.closed = True
+        self.overflowed = True
+        message = (
+            f"disconnected: more than {limit} bytes of replies were left unread "
+            f"(core.socket.max_unread_bytes); read the daemon's frames as they arrive"
+        )
+        transport = self.writer.transport
+        with contextlib.suppress(Exception):
+            transport.write((json.dumps({"type": "error", "message": message, "code": "overflow"}) + "\n").encode())
+            transport.close()  # stops reading at once; what is queued (ending with the error) may still be read
+        # a client that never reads would keep the buffer forever: cut it after a grace period
+        asyncio.get_running_loop().call_later(OVERFLOW_GRACE, transport.abort)
+
+    async def wait_for_reader(self) -> None:
+        """Back-pressure: return once the client has read enough of its output to be served more."""
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.writer.drain()
+
+    def turn_sink(self) -> Callable[[dict[str, Any]], Awaitable[None]]:
+        """The sink of one chat turn: frees the turn's slot when its ``response`` goes out."""
+        done = False
+
+        async def sink(frame: dict[str, Any]) -> None:
+            nonlocal done
+            if frame.get("type") == "response" and not done:
+                done = True
+                self.queued_turns -= 1
+            self.send_now(frame)
+
+        return sink
 
 
 class SocketServer:
@@ -78,9 +171,11 @@ class SocketServer:
         *,
         cancel_turn: Callable[[], bool],
         channel: str = "cli",
+        limits: Callable[[], SocketLimits] = SocketLimits,
         gate: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.path = path
+        self.limits = limits  # read for each new connection, so a changed setting applies to the next one
         # awaited before an RPC's method is looked up: a starting daemon holds early calls until
         # the method's subsystem is up (and raises RPCError when that takes too long)
         self.gate = gate
@@ -91,6 +186,8 @@ class SocketServer:
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[_Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.busy_refusals = 0  # of connections already gone
+        self.overflow_disconnects = 0
 
     def add_method(self, name: str, fn: RPCMethod) -> None:
         self.methods[name] = fn
@@ -125,8 +222,23 @@ class SocketServer:
     async def broadcast(self, frame: dict[str, Any]) -> int:
         """Send a frame to every attached client (proactive output); returns how many got it."""
         targets = [c for c in self._conns if c.attached and not c.closed]
-        await asyncio.gather(*(c.send(frame) for c in targets))
-        return len(targets)
+        for conn in targets:
+            conn.send_now(frame)
+        return sum(1 for c in targets if not c.closed)
+
+    def stats(self) -> dict[str, Any]:
+        """Connections and what the per-connection limits did (for ``status`` and the flood bench)."""
+        conns = [c for c in self._conns if not c.closed]
+        return {
+            "clients": len(conns),
+            "attached": sum(1 for c in conns if c.attached),
+            "unread_bytes": sum(c.unread() for c in conns),
+            "max_unread_bytes": max((c.unread() for c in conns), default=0),
+            "inflight_rpcs": sum(c.inflight_rpcs for c in conns),
+            "queued_turns": sum(c.queued_turns for c in conns),
+            "busy_refusals": self.busy_refusals + sum(c.busy_refusals for c in self._conns),
+            "overflow_disconnects": self.overflow_disconnects + sum(c.overflowed for c in self._conns),
+        }
 
     @property
     def attached_clients(self) -> int:
@@ -134,15 +246,18 @@ class SocketServer:
 
     # ------------------------------------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        conn = _Connection(reader, writer)
+        conn = _Connection(reader, writer, self.limits())
         if not self._peer_allowed(writer):
-            await conn.send({"type": "error", "message": "permission denied: socket belongs to another user"})
+            conn.send_now({"type": "error", "message": "permission denied: socket belongs to another user"})
             writer.close()
             return
         self._conns.add(conn)
         try:
-            await conn.send({"type": "hello", "protocol": 1})
+            conn.send_now({"type": "hello", "protocol": 1})
             while not conn.closed:
+                await conn.wait_for_reader()  # no new frames while the client leaves its replies unread
+                if conn.closed:
+                    break
                 try:
                     # readuntil, not readline: on an over-long line readline has already dropped it
                     # *with* its newline when the newline was buffered, and discarding "the rest"
@@ -151,7 +266,7 @@ class SocketServer:
                 except asyncio.IncompleteReadError as exc:
                     line = exc.partial  # EOF: a last frame without its newline is still a frame
                 except asyncio.LimitOverrunError:
-                    await conn.send({"type": "error", "message": f"frame too large (limit {MAX_FRAME} bytes)"})
+                    conn.send_now({"type": "error", "message": f"frame too large (limit {MAX_FRAME} bytes)"})
                     await self._discard_line(reader)
                     continue
                 except ConnectionError:
@@ -164,9 +279,11 @@ class SocketServer:
                     await self._dispatch(conn, line)
                 except Exception as exc:  # a bug for one frame must not cost the client its connection
                     log.exception("socket frame failed")
-                    await conn.send({"type": "error", "message": f"frame failed: {type(exc).__name__}: {exc}"})
+                    conn.send_now({"type": "error", "message": f"frame failed: {type(exc).__name__}: {exc}"})
         finally:
             self._conns.discard(conn)
+            self.busy_refusals += conn.busy_refusals
+            self.overflow_disconnects += conn.overflowed
             conn.closed = True
             with contextlib.suppress(Exception):
                 writer.close()
@@ -202,38 +319,78 @@ class SocketServer:
         try:
             frame = loads(line)
         except TooDeep as exc:
-            await conn.send({"type": "error", "message": f"malformed frame: {exc}"})
+            conn.send_now({"type": "error", "message": f"malformed frame: {exc}"})
             return
         except RecursionError:  # json's C scanner, in the one case orjson hands it a deep frame
-            await conn.send({"type": "error", "message": "malformed frame: nested too deeply"})
+            conn.send_now({"type": "error", "message": "malformed frame: nested too deeply"})
             return
         except (ValueError, UnicodeDecodeError) as exc:
-            await conn.send({"type": "error", "message": f"malformed frame: {exc}"})
+            conn.send_now({"type": "error", "message": f"malformed frame: {exc}"})
             return
         if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            await conn.send({"type": "error", "message": "malformed frame: expected a JSON object with a 'type'"})
+            conn.send_now({"type": "error", "message": "malformed frame: expected a JSON object with a 'type'"})
             return
         kind = frame["type"]
         if kind == "chat":
             text = frame.get("text")
             if not isinstance(text, str):
-                await conn.send({"type": "error", "message": "chat frame needs a string 'text'"})
+                conn.send_now({"type": "error", "message": "chat frame needs a string 'text'"})
                 return
-            self.io.inject_text("cli", self.channel, text, sink=conn.send)
+            limit = conn.limits.max_queued_turns
+            if conn.queued_turns >= limit:
+                conn.busy_refusals += 1
+                message = (
+                    f"busy: {conn.queued_turns} turns of this connection are still queued or running "
+                    f"(core.socket.max_queued_turns = {limit}); wait for a response before sending more"
+                )
+                conn.send_now({"type": "error", "message": message, "code": "busy"})
+                conn.send_now({"type": "response", "text": "", "ok": False, "interrupted": False, "id": frame.get("id"),
+                               "error": message, "code": "busy"})
+                return
+            conn.queued_turns += 1
+            self.io.inject_text("cli", self.channel, text, sink=conn.turn_sink())
         elif kind == "interrupt":
+            # an interrupt cancels the LLM call in flight, and becomes a turn when the agent is idle:
+            # a connection gets a human's rate of them, not a flood's
+            if not conn.interrupts.take():
+                conn.busy_refusals += 1
+                conn.send_now({
+                    "type": "error",
+                    "message": f"busy: more than {INTERRUPT_RATE:g} interrupts a second from this connection; "
+                    "this one was dropped",
+                    "code": "busy",
+                })
+                return
             self.io.inject_interrupt_text("cli", self.channel, str(frame.get("text", "")), sink=None)
-            await conn.send({"type": "ack", "of": "interrupt"})
+            conn.send_now({"type": "ack", "of": "interrupt"})
         elif kind == "cancel":
-            await conn.send({"type": "ack", "of": "cancel", "cancelled": self.cancel_turn()})
+            conn.send_now({"type": "ack", "of": "cancel", "cancelled": self.cancel_turn()})
         elif kind == "attach":
             conn.attached = True
-            await conn.send({"type": "ack", "of": "attach"})
+            conn.send_now({"type": "ack", "of": "attach"})
         elif kind == "rpc":
+            limit = conn.limits.max_inflight_rpcs
+            if conn.inflight_rpcs >= limit:
+                conn.busy_refusals += 1
+                conn.send_now({
+                    "type": "rpc_error",
+                    "id": frame.get("id"),
+                    "error": f"busy: {limit} RPCs of this connection are still in flight "
+                    f"(core.socket.max_inflight_rpcs); wait for their replies before sending more",
+                    "code": "busy",
+                })
+                return
+            conn.inflight_rpcs += 1
             task = asyncio.get_running_loop().create_task(self._rpc(conn, frame))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+
+            def finished(task: asyncio.Task[Any]) -> None:
+                self._tasks.discard(task)
+                conn.inflight_rpcs -= 1
+
+            task.add_done_callback(finished)
         else:
-            await conn.send({"type": "error", "message": f"unknown frame type {kind!r}"})
+            conn.send_now({"type": "error", "message": f"unknown frame type {kind!r}"})
 
     async def _rpc(self, conn: _Connection, frame: dict[str, Any]) -> None:
         rpc_id = frame.get("id")
@@ -243,24 +400,24 @@ class SocketServer:
             try:
                 await self.gate(method)
             except RPCError as exc:
-                await conn.send({"type": "rpc_error", "id": rpc_id, "error": str(exc)})
+                conn.send_now({"type": "rpc_error", "id": rpc_id, "error": str(exc)})
                 return
         fn = self.methods.get(method) if isinstance(method, str) else None
         if fn is None:
-            await conn.send({"type": "rpc_error", "id": rpc_id, "error": f"unknown method {method!r}"})
+            conn.send_now({"type": "rpc_error", "id": rpc_id, "error": f"unknown method {method!r}"})
             return
         if not isinstance(params, dict):
-            await conn.send({"type": "rpc_error", "id": rpc_id, "error": "params must be an object"})
+            conn.send_now({"type": "rpc_error", "id": rpc_id, "error": "params must be an object"})
             return
         try:
             result = fn(params)
             if asyncio.iscoroutine(result):
                 result = await result
         except RPCError as exc:
-            await conn.send({"type": "rpc_error", "id": rpc_id, "error": str(exc)})
+            conn.send_now({"type": "rpc_error", "id": rpc_id, "error": str(exc)})
             return
         except Exception as exc:
             log.exception("rpc %s failed", method)
-            await conn.send({"type": "rpc_error", "id": rpc_id, "error": f"{type(exc).__name__}: {exc}"})
+            conn.send_now({"type": "rpc_error", "id": rpc_id, "error": f"{type(exc).__name__}: {exc}"})
             return
-        await conn.send({"type": "rpc_result", "id": rpc_id, "result": result})
+        conn.send_now({"type": "rpc_result", "id": rpc_id, "result": result})

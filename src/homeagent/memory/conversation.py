@@ -256,7 +256,9 @@ class ConversationIndex:
             top = np.argpartition(-sims_all, take - 1)[:take] if take < sims_all.size else np.arange(sims_all.size)
             dense_keys = [self.vectors.key_at(int(r)) for r in top]  # type: ignore[union-attr]
         else:
-            dense_keys = [key for key, _ in self.vectors.search(qvec, DEPTH)] if dense_on else []  # type: ignore[union-attr,arg-type]
+            dense_hits = self.vectors.search(qvec, DEPTH) if dense_on else []  # type: ignore[union-attr,arg-type]
+            dense_keys = [key for key, _ in dense_hits]
+            known = dict(dense_hits)  # cosines the search computed already: not gathered again below
         keys = [key for key in dict.fromkeys([key for key, _ in lexical] + dense_keys) if key in self._turns]
         if not keys:
             return []
@@ -270,9 +272,11 @@ class ConversationIndex:
             if full is not None:
                 rows = np.fromiter((row_of.get(k, -1) for k in ring), dtype=np.int64, count=len(ring))
                 sims = np.where(rows >= 0, sims_all[np.maximum(rows, 0)], 0.0)
+                sim_of = dict(zip(ring, sims.tolist(), strict=True))
             else:
-                sims, _ = self.vectors.score_array(qvec, ring)
-            sim_of = dict(zip(ring, sims.tolist(), strict=True))
+                missing = [k for k in ring if k not in known]
+                sims, _ = self.vectors.score_array(qvec, missing)
+                sim_of = {**known, **dict(zip(missing, sims.tolist(), strict=True))}
             cos = np.asarray([sim_of[key] for key in keys], dtype=np.float32)
             smooth = cos + NEIGHBOUR_DENSE * np.asarray(
                 [(sim_of[p] if p else 0.0) + (sim_of[n] if n else 0.0) for p, n in adjacent], dtype=np.float32
@@ -284,10 +288,9 @@ class ConversationIndex:
         bound = self.windows.query_bound(tokens) if tokens else 0.0
         rel = relevance(lex / bound if bound > 0 else lex, cos)
         order = np.lexsort((-cos, -score))
-        hits = [Hit(keys[i], float(score[i]), float(cos[i]), float(lex[i]), float(rel[i])) for i in order.tolist()]
         if min_score is not None:
-            hits = [h for h in hits if h.relevance >= min_score]
-        return hits[:k]
+            order = order[rel[order] >= min_score]
+        return [Hit(keys[i], float(score[i]), float(cos[i]), float(lex[i]), float(rel[i])) for i in order[:k].tolist()]
 
     def _session_scores(self, tokens: Sequence[str], keys: Sequence[str]) -> np.ndarray:
         scores, _ = self.session_index.scores(tokens)

@@ -47,6 +47,7 @@ from homeagent.memory.conversation import ConversationIndex
 from homeagent.memory.embedder import Embedder
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.retrieval import HybridIndex, relevance
+from homeagent.sqlite_tx import immediate
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS docs (
@@ -400,15 +401,8 @@ class DocumentStore:
                 self._forget([doc_id])
         self._add_rows_after(self._max_seq)
 
-    @contextlib.contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
+    def _tx(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return immediate(self._conn)
 
     # -- text ------------------------------------------------------------------------
     def index_text(self, content: str, summary: str = "") -> str:
@@ -899,6 +893,15 @@ class DocumentStore:
 
     async def aremove(self, doc_id: str) -> bool:
         return await asyncio.to_thread(self.remove, doc_id)
+
+    def existing(self, ids: Sequence[str]) -> set[str]:
+        """Which of ``ids`` are documents now (the media GC asks whether a reference's owner still exists)."""
+        with self._lock:
+            self._check_open()
+            return self._existing(ids)
+
+    async def aexisting(self, ids: Sequence[str]) -> set[str]:
+        return await asyncio.to_thread(self.existing, ids)
 
     async def astats(self) -> dict[str, Any]:
         return await asyncio.to_thread(self.stats)

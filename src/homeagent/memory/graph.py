@@ -321,6 +321,11 @@ class CommitReport:
         }
 
 
+def sentence_hash(text: str) -> str:
+    """The key of a stored sentence (``sentences.hash``); media references to a sentence use it as owner id."""
+    return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
+
+
 def iso(ts: float | None) -> str | None:
     if ts is None:
         return None
@@ -631,7 +636,7 @@ class GraphDB:
     def _sentence_id(self, conn: sqlite3.Connection, text: str | None, media: Sequence[str], now: float) -> int | None:
         if not text:
             return None
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        digest = sentence_hash(text)
         row = conn.execute("SELECT id, media FROM sentences WHERE hash = ?", (digest,)).fetchone()
         if row:
             if media:
@@ -1137,6 +1142,35 @@ class GraphDB:
 
         await self._write(run)
 
+    async def live_sentences(self, hashes: Sequence[str]) -> set[str]:
+        """Which sentence keys (:func:`sentence_hash`) some relation, current or retired, still comes from.
+
+        The media GC asks this before it drops a ``graph_sentence`` reference:
+        a sentence whose relations were all deleted (hard purge, entity
+        deletion) no longer holds its media.
+        """
+
+        def run(conn: sqlite3.Connection) -> set[str]:
+            by_id: dict[int, str] = {}
+            unique = list(dict.fromkeys(hashes))
+            for i in range(0, len(unique), 500):
+                chunk = unique[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                by_id.update(conn.execute(f"SELECT id, hash FROM sentences WHERE hash IN ({marks})", chunk).fetchall())
+            if not by_id:
+                return set()
+            # relations has no index on sentence_id: one scan for all of them, not one per sentence
+            conn.execute("CREATE TEMP TABLE IF NOT EXISTS media_sentence_ids (id INTEGER PRIMARY KEY)")
+            conn.execute("DELETE FROM media_sentence_ids")
+            conn.executemany("INSERT INTO media_sentence_ids VALUES (?)", [(k,) for k in by_id])
+            used = conn.execute(
+                "SELECT DISTINCT r.sentence_id FROM relations r JOIN media_sentence_ids m ON m.id = r.sentence_id"
+            ).fetchall()
+            conn.execute("DELETE FROM media_sentence_ids")
+            return {by_id[r[0]] for r in used}
+
+        return await self._read(run)
+
     async def purge(self, criteria: Mapping[str, str], mode: str = "soft") -> int:
         """Retire (soft) or delete (hard) the relations matching every given criterion; returns how many.
 
@@ -1385,6 +1419,21 @@ class GraphDB:
                     "SELECT id, name, type, mention_count, created_at, updated_at FROM entities "
                     "ORDER BY mention_count DESC LIMIT ?",
                     (limit,),
+                )
+            ]
+
+        return await self._read(run)
+
+    async def entities_of_type(self, entity_type: str, *, limit: int = 10_000) -> list[Entity]:
+        """Entities of one type (``Person``), most mentioned first."""
+
+        def run(conn: sqlite3.Connection) -> list[Entity]:
+            return [
+                Entity(int(r[0]), r[1], r[2], int(r[3]), r[4], r[5])
+                for r in conn.execute(
+                    "SELECT id, name, type, mention_count, created_at, updated_at FROM entities "
+                    "WHERE type = ? ORDER BY mention_count DESC, name LIMIT ?",
+                    (entity_type, limit),
                 )
             ]
 

@@ -20,15 +20,15 @@ from homeagent.memory.graph import (
     GraphDB,
     GraphError,
     Triple,
+    sentence_hash,
     split_keywords,
 )
 from homeagent.memory.indexer import MemoryIndexer
+from homeagent.memory.media import MediaError, MediaRefs, marker, with_markers
 from homeagent.memory.social import Social
 from homeagent.sdk.types import ToolDef
 
 Handler = Callable[[dict[str, Any]], Awaitable[Any]]
-MediaMarkers = Callable[[Sequence[str]], Awaitable[list[str]]]
-"""Turns media digests into ``[<mime> <short digest>] <description>`` markers (the media store's job)."""
 
 PLUGIN = "memory"
 MAX_RECALL_RELATIONS = 60
@@ -65,9 +65,15 @@ def graph_tools(
     indexer: MemoryIndexer | None,
     social: Social,
     *,
-    media_markers: MediaMarkers | None = None,
+    media: MediaRefs | None = None,
 ) -> list[tuple[ToolDef, Handler]]:
-    """ToolDefs and handlers for memory_* and person_*; register each with the tool registry."""
+    """ToolDefs and handlers for memory_* and person_*; register each with the tool registry.
+
+    With ``media`` (the media store), a triple's ``media_digests`` become
+    markers appended to its sentence and ``graph_sentence`` references keyed
+    by the sentence's hash; an unknown digest fails the whole commit. Without
+    it (``core.memory.media.enabled`` off) the digests are dropped silently.
+    """
 
     async def memory_recall(args: dict[str, Any]) -> Any:
         keywords = split_keywords(str(args.get("query_intent", "")))
@@ -115,14 +121,37 @@ def graph_tools(
         if not isinstance(raw, list) or not raw:
             return _err(GraphError("triples must be a non-empty list of {subject, relation, object}"))
         triples = [Triple.from_dict(t, source="tool") for t in raw]
-        if media_markers is not None:
-            for t in triples:
-                if t.media:
-                    markers = await media_markers(t.media)
-                    if markers:
-                        t.sentence = "\n".join([*([t.sentence] if t.sentence else []), *markers])
-        report = await graph.commit(triples, source="tool")
-        return {"ok": True, **report.to_dict()}
+        owners: list[tuple[str, list[str]]] = []
+        attached: list[str] = []
+        for i, t in enumerate(triples):
+            if not t.media:
+                continue
+            if media is None:
+                t.media = ()
+                continue
+            try:
+                infos = await media.ainfos(t.media)
+            except MediaError as exc:
+                return _err(GraphError(f"nothing was committed: triple {i + 1}: {exc}"))
+            t.sentence = with_markers(t.sentence or "", infos)
+            t.media = tuple(info.digest for info in infos)
+            owners.append((sentence_hash(t.sentence), list(t.media)))
+            attached += [marker(info) for info in infos]
+        added: list[tuple[str, list[str]]] = []
+        try:
+            if media is not None:
+                for owner, digests in owners:
+                    added.append((owner, await media.aadd_refs("graph_sentence", owner, digests)))
+            report = await graph.commit(triples, source="tool")
+        except (MediaError, GraphError) as exc:
+            for owner, new in added:  # only the references this call created: older identical ones stay
+                if new and media is not None:
+                    await media.aremove_refs("graph_sentence", owner, new)
+            return _err(exc)
+        out: dict[str, Any] = {"ok": True, **report.to_dict()}
+        if attached:
+            out["media"] = attached
+        return out
 
     async def memory_introspect(args: dict[str, Any]) -> Any:
         return await graph.introspect()
@@ -178,7 +207,12 @@ def graph_tools(
             "relation": {"type": "string", "description": "snake_case relation, e.g. lives_in, likes, works_as"},
             "object": {"type": "string"},
             "sentence_text": {"type": "string", "description": "the sentence the fact came from, verbatim"},
-            "media_digests": {"type": "array", "items": {"type": "string"}, "description": "sha256 of attached media"},
+            "media_digests": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "digests (full or the 12-hex short form) of stored media this fact is about; "
+                "the core adds their markers to the sentence",
+            },
             "scene": {"type": "string", "description": "a scene/context this fact belongs to (optional)"},
         },
         ["subject", "relation", "object"],

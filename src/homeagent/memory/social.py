@@ -184,6 +184,29 @@ class SocialView:
         return {"center": entity.name, "people": people, "relations": links}
 
 
+    # -- the SDK's SocialReadAPI ---------------------------------------------------------------
+
+    async def get_person(self, name: str) -> dict[str, Any]:
+        return (await self.query(name)).to_dict()
+
+    async def get_network(self, name: str, depth: int = 1) -> dict[str, Any]:
+        return await self.network(name, depth)
+
+    async def get_trait(self, person: str, trait: str) -> dict[str, Any]:
+        found = await self.query(person)
+        name = norm_relation(trait)
+        return {"person": found.name, "trait": name, "value": found.traits.get(name)}
+
+    async def get_relations(self, person: str) -> list[dict[str, Any]]:
+        return [link.to_dict() for link in (await self.query(person)).relations]
+
+    async def list_persons(self) -> list[dict[str, Any]]:
+        return [
+            {"name": e.name, "mention_count": e.mention_count}
+            for e in await self._graph.entities_of_type(PERSON)
+        ]
+
+
 class Social(SocialView):
     """Social queries plus the writes the agent's person_* tools make."""
 

@@ -13,12 +13,14 @@ journaled into L1 (fsynced), and only then deleted from L2.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from homeagent.memory.cleaners import drop_output
 from homeagent.memory.context import ContextEvent, RelevanceContext
-from homeagent.memory.documents import Doc, DocumentStore, excerpt, iso
+from homeagent.memory.documents import Doc, DocDraft, DocumentStore, excerpt, iso
+from homeagent.memory.media import MediaError, MediaRefs, marker, parse_digests, with_markers
 from homeagent.sdk.types import ToolDef
 
 ToolHandlerFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -26,8 +28,15 @@ ToolHandlerFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 MAX_TOP_K = 20
 
 
-def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[ToolDef, ToolHandlerFn]]:
-    """``[(ToolDef, handler), ...]`` for ``doc_query`` and ``doc_commit``; handlers take the validated args."""
+def doc_tools(
+    context: RelevanceContext, docs: DocumentStore, *, media: MediaRefs | None = None
+) -> list[tuple[ToolDef, ToolHandlerFn]]:
+    """``[(ToolDef, handler), ...]`` for ``doc_query`` and ``doc_commit``; handlers take the validated args.
+
+    With ``media`` (the media store), ``doc_commit``'s ``media_digests`` become
+    markers at the end of the content and ``document`` references; an unknown
+    digest fails the commit. Without it the digests are dropped silently.
+    """
     consuming = asyncio.Lock()  # two doc_query calls never move one document into L1 twice
 
     async def doc_query(args: dict[str, Any]) -> dict[str, Any]:
@@ -87,8 +96,29 @@ def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[Tool
         tags_arg = args.get("tags") or []
         if not isinstance(tags_arg, list):
             return {"isError": True, "content": "'tags' must be a list of strings"}
-        doc_id = await docs.acommit(content, str(args.get("summary", "") or ""), [str(t) for t in tags_arg])
-        return {"ok": True, "id": doc_id}
+        try:
+            digests = parse_digests(args.get("media_digests"))
+        except ValueError as exc:
+            return {"isError": True, "content": str(exc)}
+        summary = str(args.get("summary", "") or "")
+        tags = [str(t) for t in tags_arg]
+        if not digests or media is None:
+            return {"ok": True, "id": await docs.acommit(content, summary, tags)}
+        doc_id = f"doc-{uuid.uuid4().hex[:16]}"
+        try:
+            infos = await media.ainfos(digests)
+            # the reference first: GC never sees the bytes unreferenced while the document is being written
+            await media.aadd_refs("document", doc_id, [i.digest for i in infos])
+        except MediaError as exc:
+            return {"isError": True, "content": f"nothing was saved: {exc}"}
+        try:
+            await docs.ainsert(
+                DocDraft(with_markers(content, infos), summary, tags, id=doc_id, source="doc_commit")
+            )
+        except BaseException:
+            await media.aremove_refs("document", doc_id)
+            raise
+        return {"ok": True, "id": doc_id, "media": [marker(i) for i in infos]}
 
     query_def = ToolDef(
         name="doc_query",
@@ -116,6 +146,12 @@ def doc_tools(context: RelevanceContext, docs: DocumentStore) -> list[tuple[Tool
                 "content": {"type": "string", "description": "the text to keep"},
                 "summary": {"type": "string", "description": "one line shown when it is recalled"},
                 "tags": {"type": "array", "items": {"type": "string"}},
+                "media_digests": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "digests (full or the 12-hex short form) of stored media this document is "
+                    "about; the core appends their markers",
+                },
             },
             "required": ["content"],
         },

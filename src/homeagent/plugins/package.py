@@ -310,7 +310,10 @@ def remove_plugin_dir(plugins_dir: Path, name: str) -> Path:
     trash = Path(tempfile.mkdtemp(prefix=f".remove-{name}-", dir=plugins_dir))
     trash.rmdir()
     os.replace(target, trash)  # atomic: a reload in between sees it either installed or gone
-    shutil.rmtree(trash, ignore_errors=True)
+    if trash.is_symlink():  # a shipped plugin is linked in: remove the link, never what it points to
+        trash.unlink()
+    else:
+        shutil.rmtree(trash, ignore_errors=True)
     return target
 
 

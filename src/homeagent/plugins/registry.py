@@ -57,6 +57,7 @@ from homeagent.plugins.package import (
     remove_plugin_dir,
 )
 from homeagent.plugins.services import HostSDK, PluginServices
+from homeagent.plugins.shipped import available_entries, link_shipped, shipped_plugins
 from homeagent.plugins.skills import DEFAULT_BUDGET, SkillCatalog, SkillPlugin, find_skill_file, parse_skill
 from homeagent.plugins.skills import OWNER as SKILLS_OWNER
 from homeagent.sdk.api import Plugin, PluginFactory
@@ -341,9 +342,12 @@ class PluginRegistry:
         lua_limits: LuaLimits | None = None,
         start_timeout: float = START_TIMEOUT,
         lua_workers: int = 4,
+        shipped: Path | None = None,
     ) -> None:
         self.services = services
         self.plugins_dir = Path(plugins_dir)
+        self.shipped = shipped
+        """Folder of the plugins that ship with HomeAgent (plugins/bundled); None: none are offered."""
         self.start_timeout = start_timeout
         self.lua_limits = lua_limits
         self._factories: dict[str, PluginFactory | str] = dict(BUILTIN_PLUGINS if builtins is None else builtins)
@@ -419,11 +423,15 @@ class PluginRegistry:
                     "warnings": [],
                 }
             )
+        out.extend(available_entries(set(self._records) | set(self._conflicts), self.shipped))
         return out
 
     def info(self, name: str) -> dict[str, Any]:
         record = self._records.get(name)
         if record is None:
+            for item in available_entries(set(self._records), self.shipped):
+                if item["name"] == name:
+                    return item
             raise PluginError(self._unknown(name))
         out = record.to_dict()
         out["disabled"] = self.services.config.is_disabled(name)
@@ -441,7 +449,8 @@ class PluginRegistry:
         return sorted(n for n, r in self._records.items() if r.state in ("running", "ineligible"))
 
     def _unknown(self, name: str) -> str:
-        close = difflib.get_close_matches(name, builtins.list(self._records), n=3)
+        known = [*self._records, *shipped_plugins(self.shipped)]
+        close = difflib.get_close_matches(name, known, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
         return f"no plugin named {name!r}{hint}"
 
@@ -488,9 +497,15 @@ class PluginRegistry:
         self._lua_pool.shutdown(wait=False, cancel_futures=True)
 
     async def enable(self, name: str) -> dict[str, Any]:
+        """Start a disabled or stopped plugin; a shipped one that is not installed yet is linked in first."""
         self.services.config.enable_plugin(name)
         async with self._lock:
             record = self._records.get(name)
+            if record is None and name not in self._factories and name in shipped_plugins(self.shipped):
+                try:
+                    await asyncio.to_thread(link_shipped, self.plugins_dir, name, self.shipped)
+                except PackageError as e:
+                    raise PluginError(str(e)) from None
             if record is not None and record.state in ("running", "ineligible"):
                 return record.to_dict()
             if record is not None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from homeagent import __version__
+from homeagent.agent.origin import current_origin
 from homeagent.config.settings import PluginSettings
 from homeagent.sdk.api import (
     LLMAPI,
@@ -35,11 +36,12 @@ from homeagent.sdk.api import (
     PluginSDK,
     ServiceUnavailable,
     SettingsAPI,
+    SocialAPI,
     TextMemoryAPI,
     Unregister,
     coerce_tool_def,
 )
-from homeagent.sdk.types import InjectOptions, OutputCap, Stage, StageHandler, TextCleaner, ToolDef, ToolHandler
+from homeagent.sdk.types import InjectOptions, Origin, OutputCap, Stage, StageHandler, TextCleaner, ToolDef, ToolHandler
 
 if TYPE_CHECKING:
     from homeagent.agent.prompt import PromptBuilder
@@ -69,11 +71,11 @@ class PluginServices:
     llm: Any  # LLMControl (or any object with list_sources/set_source/current_source); None when absent
     data_dir: Path
     cleaners: Any | None = None  # memory.clean.CleanerChain: register(name, fn, plugin=...) -> undo
-    docs: Any | None = None  # L2 document store
+    docs: DocMemoryAPI | None = None  # L2 document store, as plugins see it (memory.doc_api)
     context: Any | None = None  # L1 context
     graph: Any | None = None  # L3 knowledge graph
     knowledge: Any | None = None  # knowledge base
-    social: Any | None = None  # persons/traits
+    social: SocialAPI | None = None  # persons, traits, relations (memory.social.Social)
     textlog: Any | None = None  # memory.textlog.TextLog
     version: str = __version__
     extra: dict[str, Any] = field(default_factory=dict)
@@ -129,21 +131,6 @@ class _GraphMemory(_Forward, MemoryAPI):
 
     async def purge(self, criteria: Mapping[str, str], mode: str = "soft") -> Any:
         return await self._call(("purge",), dict(criteria), mode)
-
-
-class _DocMemory(_Forward, DocMemoryAPI):
-    async def query(self, text: str, top_k: int = 3) -> list[Any]:
-        return list(await self._call(("query", "search"), text, top_k) or [])
-
-    async def insert(self, doc: Any) -> Any:
-        return await self._call(("insert", "commit", "add"), doc)
-
-    async def remove(self, doc_id: str) -> Any:
-        return await self._call(("remove", "delete"), doc_id)
-
-    async def stats(self) -> dict[str, Any]:
-        result = await self._call(("stats",))
-        return dict(result) if isinstance(result, Mapping) else {"result": result}
 
 
 class _Knowledge(_Forward, KnowledgeAPI):
@@ -387,7 +374,16 @@ class HostSDK(PluginSDK):
     def doc_memory(self) -> DocMemoryAPI:
         if self._s.docs is None:
             raise ServiceUnavailable("document memory (L2)")
-        return _DocMemory("document store", self._s.docs)
+        return self._s.docs
+
+    def current_origin(self) -> Origin | None:
+        return current_origin()
+
+    @property
+    def social(self) -> SocialAPI:
+        if self._s.social is None:
+            raise ServiceUnavailable("social graph")
+        return self._s.social
 
     @property
     def knowledge(self) -> KnowledgeAPI:

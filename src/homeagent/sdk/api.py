@@ -30,6 +30,7 @@ from typing import Any, Protocol, runtime_checkable
 from homeagent.sdk.types import (
     ConfigDef,
     InjectOptions,
+    Origin,
     OutputCap,
     Stage,
     StageHandler,
@@ -187,6 +188,39 @@ class DocMemoryAPI(Protocol):
     async def insert(self, doc: Any) -> Any: ...
     async def remove(self, doc_id: str) -> Any: ...
     async def stats(self) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class SocialReadAPI(Protocol):
+    """The people in memory, read-only: what every plugin may ask (external ones through ``social.*``)."""
+
+    async def get_person(self, name: str) -> dict[str, Any]:
+        """The person's traits, relations to other people, other facts and aliases."""
+        ...
+
+    async def get_network(self, name: str, depth: int = 1) -> dict[str, Any]:
+        """People reachable from ``name`` through person-to-person relations."""
+        ...
+
+    async def get_trait(self, person: str, trait: str) -> dict[str, Any]:
+        """``{"person", "trait", "value"}``; ``value`` is None when the trait is not known."""
+        ...
+
+    async def get_relations(self, person: str) -> builtins.list[dict[str, Any]]:
+        """The person's relations to other people (``relation``, ``person``, ``direction``)."""
+        ...
+
+    async def list_persons(self) -> builtins.list[dict[str, Any]]:
+        """Every person in memory (``name``, ``mention_count``), most mentioned first."""
+        ...
+
+
+@runtime_checkable
+class SocialAPI(SocialReadAPI, Protocol):
+    """The people in memory with the writes the agent's ``person_*`` tools make (in-process plugins)."""
+
+    async def set_trait(self, name: str, trait: str, value: str) -> dict[str, Any]: ...
+    async def relate(self, person_a: str, relation: str, person_b: str) -> dict[str, Any]: ...
 
 
 @runtime_checkable
@@ -350,3 +384,19 @@ class PluginSDK(abc.ABC):
     @abc.abstractmethod
     def llm(self) -> LLMAPI:
         """LLM source management. Raises ServiceUnavailable when there is none."""
+
+    def current_origin(self) -> Origin | None:
+        """Where the input of the turn calling this came from (channel, user, group), or None outside a turn.
+
+        A tool that arranges a reply for later keeps it and passes it back as
+        ``InjectOptions(deliver_to=origin.channel, user_id=..., group_id=...)``,
+        so the later reply reaches the chat it was asked from. Subprocess
+        plugins get None (the origin does not cross the process boundary yet).
+        """
+        return None
+
+    @property
+    def social(self) -> SocialReadAPI:
+        """The people in memory. In-process plugins get the full ``SocialAPI`` (writes too); external
+        plugins a read-only view. Raises ServiceUnavailable when there is none."""
+        raise ServiceUnavailable("social graph")

@@ -815,6 +815,10 @@ class RemoteSDK(PluginSDK):
         """Whether the host restarts this plugin after a crash (default: yes)."""
         self._e.call("lifecycle.autoRestart", {"enabled": bool(enabled)})
 
+    def set_status(self, state: str, detail: str = "") -> None:
+        """Say how the plugin's own work is going (``connected``, ``error`` …); shown by `homeagent plugin info`."""
+        self._e.call("lifecycle.status", {"state": str(state), "detail": str(detail)})
+
     @property
     def settings(self) -> SettingsAPI:
         return RemoteSettings(self._e)

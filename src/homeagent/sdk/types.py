@@ -188,10 +188,30 @@ class ConfigDef:
 
 @dataclass
 class InjectOptions:
-    """How an injected input is handled: memory, priority, reply routing."""
+    """How an injected input is handled: memory, priority, reply routing.
+
+    ``deliver_to`` names the output channel that gets the reply when it is not
+    the input's own (a timer fires on channel ``timer``, which no one reads;
+    its reply goes to the channel it was set from, with ``user_id`` and
+    ``group_id`` saying which chat there).
+    """
 
     no_memory: bool = False
     priority: int = 2  # 1 highest … 3 lowest; interrupts use their own queue
     user_id: str = ""
     group_id: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    deliver_to: str = ""
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where the input of the running turn came from: the channel, and which person or group there.
+
+    A tool that arranges something for later (a timer) keeps it, so the later
+    reply reaches the same place (``InjectOptions.deliver_to``).
+    """
+
+    channel: str
+    user_id: str = ""
+    group_id: str = ""

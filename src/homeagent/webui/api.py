@@ -36,7 +36,7 @@ from homeagent.webui.sse import SSE_HEADERS, event_stream, parse_last_event_id
 
 log = logging.getLogger("homeagent.webui")
 
-CATEGORY_ORDER = ["llm", "agent", "memory", "input", "webui", "daemon", "paths"]
+CATEGORY_ORDER = ["llm", "agent", "approvals", "memory", "input", "webui", "daemon", "paths"]
 READ_ONLY = {f"plugin.{PLUGIN}.{TOKEN_HASH_KEY}": "the API token is changed with `homeagent webui token`"}
 
 
@@ -102,12 +102,10 @@ class CoreAPI:
 
     # ------------------------------------------------------------ session
     async def login(self, request: Request) -> Response:
+        # The lockout stops guessing, not the owner: the token is checked first, and the right one
+        # signs in even while wrong guesses from the same address (every local process shares
+        # 127.0.0.1) keep that address locked out. Only wrong tokens count towards a lockout.
         ip = client_ip(request)
-        wait = self.ctx.limiter.retry_after(ip)
-        if wait > 0:
-            err = ApiError(429, f"too many failed sign-ins; try again in {int(wait) + 1} s", retry_after=int(wait) + 1)
-            err.headers["Retry-After"] = str(int(wait) + 1)
-            raise err
         form = request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded")
         if form:  # the sign-in page without JavaScript
             raw = (await read_body(request, limit=8192)).decode("utf-8", "replace")
@@ -115,6 +113,12 @@ class CoreAPI:
         else:
             token = field_str(await read_object(request), "token", max_len=512)
         if not self.ctx.tokens.check(token.strip()):
+            wait = self.ctx.limiter.retry_after(ip)
+            if wait > 0:
+                self.ctx.limiter.failure(ip)
+                err = ApiError(429, f"too many failed sign-ins; try again in {int(wait) + 1} s", retry_after=int(wait) + 1)
+                err.headers["Retry-After"] = str(int(wait) + 1)
+                raise err
             lockout = self.ctx.limiter.failure(ip)
             log.warning("web UI: failed sign-in from %s%s", ip, f" (locked out for {lockout:.0f} s)" if lockout else "")
             if form:

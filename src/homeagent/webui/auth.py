@@ -68,6 +68,18 @@ def webui_defs() -> list[ConfigDef]:
             max=4096,
         ),
         ConfigDef(
+            "max_concurrent_turns",
+            8,
+            "int",
+            "Turns per client",
+            "Chat turns one browser session (or the API token) may have queued or running at once; "
+            "more are refused with 429.",
+            category="webui",
+            min=1,
+            max=1000,
+            owner_only=True,
+        ),
+        ConfigDef(
             "chat_timeout",
             "300s",
             "duration",

@@ -27,6 +27,7 @@ from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.types import Message, Receive
 
 from homeagent.io.manager import InputMessage, TurnResult
+from homeagent.memory.media import MediaError, marker
 from homeagent.sdk.types import InjectOptions
 from homeagent.webui.common import ApiError, Op, WebContext, field_str, ok, principal_of, query_int, read_object
 from homeagent.webui.sse import SSE_HEADERS, FrameQueue, frame_stream, sse
@@ -221,6 +222,7 @@ class ChatAPI:
         if existing is not None:
             return await self._wait(existing, "")
         message, future = self._message(text)
+        self.ctx.turns.claim(client, future)
         self.dedupe.put(client, msg_id, future)
         self.io.inject(message)
         return await self._wait(future, message.id)
@@ -237,6 +239,7 @@ class ChatAPI:
             return StreamingResponse(self._replay(existing), media_type="text/event-stream", headers=SSE_HEADERS)
         queue = FrameQueue()
         message, future = self._message(text, sink=queue.sink)
+        self.ctx.turns.claim(client, future)
         queue.put({"type": "accepted", "id": message.id})
         self.dedupe.put(client, msg_id, future)
         self.io.inject(message)
@@ -262,6 +265,7 @@ class ChatAPI:
     async def interrupt(self, request: Request) -> Response:
         body = await read_object(request)
         text = field_str(body, "text", max_len=MAX_TEXT)
+        self.ctx.turns.interrupt(principal_of(request).key)
         input_id = self.io.inject_interrupt_text(SOURCE, CHANNEL, text)
         return ok({"id": input_id, "busy": bool(self.ctx.daemon.agent.busy)})
 
@@ -319,6 +323,11 @@ class ChatAPI:
             return ok({"files": saved, "note": notes})
         text = f"{message.strip()}\n\n{notes}" if message.strip() else notes
         chat_message, future = self._message(text)
+        try:
+            self.ctx.turns.claim(client, future)
+        except ApiError as exc:  # the files are kept: say where, so a retry can refer to them
+            exc.extra["files"] = saved
+            raise
         input_id = chat_message.id
         self.dedupe.put(client, msg_id, future)
         self.io.inject(chat_message)
@@ -339,7 +348,11 @@ class ChatAPI:
         kind = "图片" if content_type.startswith("image/") else "文件"
         note = f"[用户通过 webui 发送了{kind}: {original} ({_human(size)})]\n文件已保存到: {dest}"
         log.info("upload saved: %s (%d bytes)", name, size)
+        media = await self._keep_media(dest, content_type, original)
+        if media is not None:
+            note += "\n" + media["marker"]
         return {
+            "media": media,
             "name": original,
             "saved_as": name,
             "path": str(dest),
@@ -348,6 +361,22 @@ class ChatAPI:
             "url": f"/api/v1/uploads/{name}",
             "note": note,
         }
+
+    async def _keep_media(self, path: Path, content_type: str, original: str) -> dict[str, Any] | None:
+        """Also keep the upload in the media store, so the model can attach it to memory by its digest.
+
+        Its marker goes into the note the model reads; the type in it is read
+        from the bytes, not from what the browser claimed. An upload the store
+        refuses (over its size limit, empty) is only a file, as before.
+        """
+        if self.ctx.media is None:
+            return None
+        try:
+            put = await self.ctx.media.aput_file(path, claimed_mime=content_type, source="webui", description=original)
+        except MediaError as exc:
+            log.info("upload %s not kept in the media store: %s", path.name, exc)
+            return None
+        return {**put.info.to_dict(), "marker": marker(put.info)}
 
     async def download(self, request: Request) -> Response:
         name = str(request.path_params.get("name", ""))

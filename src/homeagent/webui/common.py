@@ -14,17 +14,20 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from homeagent.text import TooDeep, loads
 from homeagent.webui.auth import LoginLimiter, Session, SessionStore, TokenStore
+from homeagent.webui.hosts import HostCheck
 from homeagent.webui.sse import StreamRegistry
 
 if TYPE_CHECKING:
     from homeagent.config import ConfigRegistry
+    from homeagent.memory.media import MediaInfo, PutResult
+    from homeagent.webui.turns import TurnSlots
 
 Handler = Callable[[Request], Awaitable[Response]]
 MAX_JSON_BYTES = 1024 * 1024
@@ -57,6 +60,22 @@ class Principal:
         return f"session:{self.session.id}" if self.session is not None else "token"
 
 
+class MediaLibrary(Protocol):
+    """What the web UI uses of the media store: keep uploads, list and show entries, serve verified bytes."""
+
+    async def aput_file(self, path: Path | str, **kw: Any) -> PutResult: ...
+
+    async def alist(self, **kw: Any) -> list[MediaInfo]: ...
+
+    async def ainfo(self, ref: str) -> MediaInfo: ...
+
+    async def arefs_of(self, ref: str) -> list[dict[str, Any]]: ...
+
+    async def aget(self, ref: str) -> bytes: ...
+
+    async def astats(self) -> dict[str, Any]: ...
+
+
 @dataclass
 class WebContext:
     """State of one web server, handed to every route module (no globals)."""
@@ -67,6 +86,9 @@ class WebContext:
     limiter: LoginLimiter
     streams: StreamRegistry
     uploads_dir: Path
+    turns: TurnSlots
+    hosts: HostCheck = field(default_factory=HostCheck)
+    media: MediaLibrary | None = None  # the media store, when core.memory.media.enabled
     started: float = field(default_factory=time.time)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 

@@ -23,7 +23,7 @@ from starlette.responses import Response, StreamingResponse
 
 from homeagent.io.manager import InputMessage, TurnResult
 from homeagent.sdk.types import InjectOptions
-from homeagent.webui.common import ApiError, Op, WebContext, ok, read_object
+from homeagent.webui.common import ApiError, Op, WebContext, ok, principal_of, read_object
 from homeagent.webui.sse import SSE_HEADERS, FrameQueue
 
 MODEL = "homeagent"
@@ -100,7 +100,9 @@ class OpenAICompat:
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         options = InjectOptions(no_memory=True, meta={"openai_model": model})
+        client = principal_of(request).key
         if not stream:
+            self.ctx.turns.claim(client, future)
             self.ctx.daemon.io.inject(InputMessage(text, SOURCE, CHANNEL, options, reply=future))
             timeout = self.ctx.config.get_duration("plugin.webui.chat_timeout", 300.0)
             try:
@@ -131,6 +133,7 @@ class OpenAICompat:
             )
         if self.ctx.streams.full():
             raise ApiError(503, "too many open streams; try again shortly")
+        self.ctx.turns.claim(client, future)
         queue = FrameQueue()
         self.ctx.daemon.io.inject(InputMessage(text, SOURCE, CHANNEL, options, sink=queue.sink, reply=future))
         return StreamingResponse(

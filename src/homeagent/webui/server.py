@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from homeagent.sdk.types import OutputCap
 from homeagent.webui.api import CoreAPI
+from homeagent.webui.approvals import ApprovalsAPI
 from homeagent.webui.auth import (
     CSRF_COOKIE,
     CSRF_HEADER,
@@ -47,9 +48,11 @@ from homeagent.webui.auth import (
 from homeagent.webui.chat import ChatAPI
 from homeagent.webui.common import ApiError, Handler, Op, Principal, WebContext, all_ops
 from homeagent.webui.manage import ManageAPI
+from homeagent.webui.media import MediaRoutes
 from homeagent.webui.openai_compat import OpenAICompat
 from homeagent.webui.openapi import build_openapi
 from homeagent.webui.sse import StreamRegistry
+from homeagent.webui.turns import TurnSlots
 
 log = logging.getLogger("homeagent.webui")
 
@@ -175,10 +178,21 @@ class AuthGate:
         send = _security_headers(send)
         path: str = scope["path"]
         method: str = scope["method"]
+        headers = Headers(scope=scope)
+        host = headers.get("host")
+        if not self.ctx.hosts.allows(host):
+            message = self.ctx.hosts.refusal(host or "")
+            log.warning("web UI: refused a request for Host %r (not an address of this server)", (host or "")[:200])
+            response: Response = (
+                JSONResponse(error_body(path, 421, message), status_code=421)
+                if wants_json(path)
+                else PlainTextResponse(message, status_code=421)
+            )
+            await response(scope, receive, send)
+            return
         if is_public(method, path):
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
         principal = self.authenticate(headers)
         if principal is None:
             await self._deny(scope, receive, send, path)
@@ -337,7 +351,8 @@ def _router(ops: list[Op]) -> list[Route]:
 
 def build_app(ctx: WebContext, *, vendor: dict[str, Path] | None = None) -> tuple[Starlette, list[Op]]:
     pages = Pages(vendor)
-    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), OpenAICompat(ctx).ops()]
+    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), MediaRoutes(ctx).ops(),
+              OpenAICompat(ctx).ops(), ApprovalsAPI(ctx).ops()]
     ops = all_ops(groups)
     schema: dict[str, Any] = {}
 
@@ -429,6 +444,8 @@ class WebUIServer:
             limiter=LoginLimiter(),
             streams=StreamRegistry(),
             uploads_dir=Path(daemon.paths.root) / "uploads",
+            turns=TurnSlots(lambda: config.get_int("plugin.webui.max_concurrent_turns", 8)),
+            media=daemon.media,
         )
         self.app, self.ops = build_app(self.ctx, vendor=vendor)
         self._server: _EmbeddedServer | None = None
@@ -455,6 +472,7 @@ class WebUIServer:
         sock = await asyncio.to_thread(_bind, host, port)
         self.host, self.port = host, int(sock.getsockname()[1])
         self.url = _url(host, self.port)
+        self._configure_hosts()
         self.new_token = self.ctx.tokens.ensure()
         uv_config = uvicorn.Config(
             self.app,
@@ -478,12 +496,18 @@ class WebUIServer:
         self._wire()
         log.info("web UI on %s", self.url)
 
+    def _configure_hosts(self) -> None:
+        allowed = self.daemon.config.get_str("webui.allowed_hosts", "").split(",")
+        self.ctx.hosts.configure(self.host, self.port, loopback=is_loopback(self.host), allowed=allowed)
+
     def _wire(self) -> None:
         daemon = self.daemon
         config = daemon.config
         token_key = f"plugin.{PLUGIN}.{TOKEN_HASH_KEY}"
 
         def on_change(key: str, _: Any) -> None:
+            if key == "webui.allowed_hosts":
+                self._configure_hosts()
             if key == token_key:
                 dropped = self.ctx.sessions.clear()
                 if dropped:

@@ -97,6 +97,7 @@ _FREE = (
     "cleaner.register",
     "cleaner.unregister",
     "lifecycle.autoRestart",
+    "lifecycle.status",
     "settings.get",
     "settings.set",
     "settings.delete",

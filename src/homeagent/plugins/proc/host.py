@@ -38,7 +38,8 @@ from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, Connection, ConnectionStats, Pipes, PluginGone
 from homeagent.plugins.proc.protocol import MAX_FRAME, ErrorCode, Request, RPCError, to_json
 from homeagent.plugins.proc.stagewire import SNAPSHOT_FIELDS, StageChangeError, apply_changes, snapshot
-from homeagent.sdk.api import PluginSDK, ServiceUnavailable, Unregister
+from homeagent.ratelimit import TokenBucket
+from homeagent.sdk.api import PluginSDK, ServiceUnavailable, SocialReadAPI, Unregister
 from homeagent.sdk.types import ConfigDef, InjectOptions, OutputCap, StageContext, ToolDef
 
 if TYPE_CHECKING:
@@ -68,23 +69,8 @@ class SessionOptions:
     max_inflight: int = 64
     inject_rate: float = 20.0
     inject_burst: float = 100.0
-
-
-class _Bucket:
-    """A token bucket: ``rate`` per second, at most ``burst`` at once."""
-
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate, self.burst = rate, burst
-        self._tokens, self._at = burst, time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
+    log_rate: float = 50.0  # plugin `log` lines per second; more are dropped and counted
+    log_burst: float = 200.0
 
 
 # ---------------------------------------------------------------- parameter checks
@@ -192,6 +178,7 @@ class HostSession:
         options: SessionOptions | None = None,
         on_fatal: Callable[[str], None] | None = None,
         on_auto_restart: Callable[[bool], None] | None = None,
+        on_status: Callable[[str, str], None] | None = None,
         on_call_problem: Callable[[], None] | None = None,
         plugins: Any = None,
         detach: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]] | None = None,
@@ -204,12 +191,17 @@ class HostSession:
         self.sdk: PluginSDK | None = None
         self.plugin_log = plugin_log or logging.getLogger(f"homeagent.plugin.{name}")
         self._on_auto_restart = on_auto_restart
+        self._on_status = on_status
         self._on_call_problem = on_call_problem
         self._plugins = plugins
         self._detach = detach or _own_task
         self._registrations: dict[tuple[str, str], Unregister] = {}
         self._cleaned: collections.OrderedDict[str, str] = collections.OrderedDict()
-        self._bucket = _Bucket(self.options.inject_rate, self.options.inject_burst)
+        self._bucket = TokenBucket(self.options.inject_rate, self.options.inject_burst)
+        self._log_bucket = TokenBucket(self.options.log_rate, self.options.log_burst)
+        self.log_dropped = 0
+        self._log_dropped_unreported = 0
+        self._log_summary: asyncio.TimerHandle | None = None
         self._subscription_ids = 0
         self.denied = 0
         self.cleaner_skipped = 0
@@ -235,6 +227,7 @@ class HostSession:
             "cleaner.register": self._cleaner_register,
             "cleaner.unregister": lambda p: self._unregister("cleaner", _s(p, "name")),
             "lifecycle.autoRestart": self._auto_restart,
+            "lifecycle.status": self._status,
             "io.injectText": lambda p: self._inject("text", p),
             "io.injectInterrupt": lambda p: self._inject("interrupt", p),
             "io.injectTextNoMem": lambda p: self._inject("no_memory", p),
@@ -274,11 +267,11 @@ class HostSession:
             "llm.listSources": lambda p: self._sdk.llm.list_sources(),
             "llm.setSource": lambda p: self._sdk.llm.set_source(_s(p, "name")),
             "llm.currentSource": lambda p: self._sdk.llm.current_source(),
-            "social.getPerson": lambda p: self._social(("get_person", "person"), _s(p, "name")),
-            "social.getNetwork": lambda p: self._social(("get_network", "network"), _s(p, "name", ""), _i(p, "depth", 1)),
-            "social.getTrait": lambda p: self._social(("get_trait", "trait"), _s(p, "person"), _s(p, "trait")),
-            "social.getRelations": lambda p: self._social(("get_relations", "relations"), _s(p, "person")),
-            "social.listPersons": lambda p: self._social(("list_persons", "persons")),
+            "social.getPerson": lambda p: self._social().get_person(_s(p, "name")),
+            "social.getNetwork": lambda p: self._social().get_network(_s(p, "name", ""), _i(p, "depth", 1)),
+            "social.getTrait": lambda p: self._social().get_trait(_s(p, "person"), _s(p, "trait")),
+            "social.getRelations": lambda p: self._social().get_relations(_s(p, "person")),
+            "social.listPersons": lambda p: self._social().list_persons(),
             "events.subscribe": self._subscribe,
             "events.unsubscribe": lambda p: self._unregister("subscription", _s(p, "subscription")),
             "plugin.reloadOne": self._reload_one,
@@ -301,6 +294,9 @@ class HostSession:
         if self.connection.closed:
             return
         self.closed_reason = reason
+        if self._log_summary is not None:
+            self._log_summary.cancel()
+            self._report_dropped_logs()
         self.connection.close(PluginGone(reason))
         registrations, self._registrations = self._registrations, {}
         for (kind, name), undo in reversed(list(registrations.items())):
@@ -367,8 +363,27 @@ class HostSession:
         return self._sdk.settings
 
     def _log(self, p: dict[str, Any]) -> None:
+        if not self._log_bucket.take():
+            # dropped, counted, and summed up in one line a second later (not one line per drop)
+            self.log_dropped += 1
+            self._log_dropped_unreported += 1
+            if self._log_summary is None:
+                self._log_summary = asyncio.get_running_loop().call_later(1.0, self._report_dropped_logs)
+            return
         level = logging.getLevelName(str(p.get("level", "info")).upper())
         self.plugin_log.log(level if isinstance(level, int) else logging.INFO, "%s", str(p.get("message", ""))[:10_000])
+
+    def _report_dropped_logs(self) -> None:
+        self._log_summary = None
+        count, self._log_dropped_unreported = self._log_dropped_unreported, 0
+        if count:
+            self.plugin_log.warning(
+                "… %d log lines from plugin %s dropped (more than %g a second; %d dropped in all)",
+                count,
+                self.name,
+                self.options.log_rate,
+                self.log_dropped,
+            )
 
     def _add(self, kind: str, name: str, undo: Unregister) -> None:
         old = self._registrations.pop((kind, name), None)
@@ -589,6 +604,13 @@ class HostSession:
             self._on_auto_restart(enabled)
         return {"auto_restart": enabled}
 
+    def _status(self, p: dict[str, Any]) -> dict[str, Any]:
+        state = _s(p, "state")[:40]
+        detail = _s(p, "detail", "")[:500]
+        if self._on_status is not None:
+            self._on_status(state, detail)
+        return {"state": state}
+
     # ---------------------------------------------------------------- settings
 
     def _register_def(self, p: dict[str, Any]) -> dict[str, Any]:
@@ -629,17 +651,9 @@ class HostSession:
 
     # ---------------------------------------------------------------- social, events, plugins
 
-    async def _social(self, names: tuple[str, ...], *args: Any) -> Any:
-        services = getattr(self._sdk, "services", None)
-        social = getattr(services, "social", None)
-        if social is None:
-            raise ServiceUnavailable("social graph")
-        for attr in names:
-            fn = getattr(social, attr, None)
-            if callable(fn):
-                result = fn(*args)
-                return await result if inspect.isawaitable(result) else result
-        raise ServiceUnavailable(f"social.{names[0]}", f"the social graph of this build has no {names[0]}()")
+    def _social(self) -> SocialReadAPI:
+        """The social graph as external plugins see it: its read methods only (the RPC table has no writes)."""
+        return self._sdk.social
 
     def _subscribe(self, p: dict[str, Any]) -> dict[str, Any]:
         raw = p.get("types")

@@ -45,6 +45,7 @@ from homeagent.plugins.manifest import Manifest, entry_kind
 from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, ConnectionStats, Pipes, PluginGone
 from homeagent.plugins.proc.host import HostSession, SessionOptions
+from homeagent.plugins.proc.limits import ResourceLimits, explain_exit
 from homeagent.plugins.proc.protocol import MAX_FRAME, PROTOCOL_VERSION, RPCError
 from homeagent.plugins.proc.supervisor import Child, ChildExit, Supervisor
 from homeagent.sdk.api import Plugin, PluginSDK
@@ -80,7 +81,11 @@ class ProcOptions:
     inject_rate: float = 20.0
     inject_burst: float = 100.0
     cleaner_timeout: float = 0.5
+    log_rate: float = 50.0
+    log_burst: float = 200.0
     python: str = field(default_factory=lambda: sys.executable)
+    # The memory and CPU-time limits of the named plugin, read at each (re)start.
+    limits: Callable[[str], ResourceLimits] = field(default=lambda name: ResourceLimits())
 
     def session(self) -> SessionOptions:
         return SessionOptions(
@@ -90,6 +95,8 @@ class ProcOptions:
             max_inflight=self.max_inflight,
             inject_rate=self.inject_rate,
             inject_burst=self.inject_burst,
+            log_rate=self.log_rate,
+            log_burst=self.log_burst,
         )
 
 
@@ -169,6 +176,7 @@ class ProcPlugin(Plugin):
         self._session: HostSession | None = None
         self._sdk: PluginSDK | None = None
         self._auto_restart = True
+        self._status: dict[str, Any] | None = None
         self._kill_reason = ""
         self._hello: dict[str, Any] = {}
         self._started_at = 0.0
@@ -182,6 +190,8 @@ class ProcPlugin(Plugin):
         self.last_crash: dict[str, Any] | None = None
         self.error = ""
         self._stats = ConnectionStats()  # across restarts
+        self._limits = ResourceLimits()
+        self._log_dropped = 0  # by sessions that have ended
 
     # ---------------------------------------------------------------- public lifecycle
 
@@ -258,6 +268,7 @@ class ProcPlugin(Plugin):
             "restarts": self.restarts,
             "crashes": self.crashes,
             "auto_restart": self._auto_restart,
+            "status": self._status,
             "circuit": "open" if self._state == "failed" else "closed",
             "last_crash": self.last_crash,
             "error": self.error,
@@ -268,6 +279,8 @@ class ProcPlugin(Plugin):
             "denied_calls": session.denied if session is not None else 0,
             "cleaner_skipped": session.cleaner_skipped if session is not None else 0,
             "registrations": session.registrations() if session is not None else [],
+            "limits": self._limits.to_dict(),
+            "log_dropped": self._log_dropped + (session.log_dropped if session is not None else 0),
         }
         if self._state == "restarting":
             out["next_restart_in_s"] = round(max(0.0, self._next_restart - time.time()), 3)
@@ -286,6 +299,10 @@ class ProcPlugin(Plugin):
                 early.append(data)
 
         self._kill_reason = ""
+        if self._session is not None:
+            self._log_dropped += self._session.log_dropped
+            self._session.log_dropped = 0
+        self._limits = self.options.limits(self.name)
         try:
             child = await self._supervisor.spawn(
                 self.name,
@@ -295,6 +312,7 @@ class ProcPlugin(Plugin):
                 on_stdout=on_stdout,
                 on_exit=self._on_exit,
                 logger=self.log,
+                limits=self._limits,
             )
         except OSError as e:
             raise LaunchError(f"cannot start {self.argv[0]}: {e.strerror or e}") from None
@@ -311,6 +329,7 @@ class ProcPlugin(Plugin):
             options=self.options.session(),
             on_fatal=lambda why: self._kill(child, why),
             on_auto_restart=self._set_auto_restart,
+            on_status=self._set_status,
             on_call_problem=lambda: self._check_alive(session),
             plugins=self._plugins,
             detach=self._supervisor.detach,
@@ -340,7 +359,7 @@ class ProcPlugin(Plugin):
             ) from None
         except PluginGone:
             await child.exited.wait()
-            reason = child.exit.reason if child.exit else "exited"
+            reason = self._exit_reason(child.exit) if child.exit else "exited"
             raise LaunchError(
                 f"process {reason} before completing the handshake{_tail(list(child.stderr.tail))}"
             ) from None
@@ -386,7 +405,7 @@ class ProcPlugin(Plugin):
                 child = self._child
                 if child is not None:
                     await child.exited.wait()
-                why = child.exit.reason if child is not None and child.exit else "exited"
+                why = self._exit_reason(child.exit) if child is not None and child.exit else "exited"
                 tail = _tail(list(child.stderr.tail)) if child is not None else ""
                 raise LaunchError(f"process {why} during {method}{tail}") from None
             except RPCError as e:
@@ -407,6 +426,10 @@ class ProcPlugin(Plugin):
             self.log.error("plugin %s: %s; killing pid %d", self.name, reason, child.pid)
             child.kill()
 
+    def _set_status(self, state: str, detail: str) -> None:
+        """What the plugin says about its own work (e.g. its connection to a chat service), for `plugin info`."""
+        self._status = {"state": state, "detail": detail, "at": round(time.time(), 3)}
+
     def _set_auto_restart(self, enabled: bool) -> None:
         self._auto_restart = enabled
         self.log.info("plugin %s: automatic restart %s", self.name, "on" if enabled else "off")
@@ -426,10 +449,15 @@ class ProcPlugin(Plugin):
 
     # ---------------------------------------------------------------- internals: crashes and restarts
 
+    def _exit_reason(self, exit: ChildExit) -> str:
+        """How the process ended, and why when a resource limit explains it."""
+        _, why = explain_exit(exit.code, exit.stderr_tail, self._limits)
+        return f"{exit.reason}: {why}" if why else exit.reason
+
     def _on_exit(self, child: Child, exit: ChildExit) -> None:
         if child is not self._child:
             return
-        reason = f"killed: {self._kill_reason}" if self._kill_reason else f"plugin process {exit.reason}"
+        reason = f"killed: {self._kill_reason}" if self._kill_reason else f"plugin process {self._exit_reason(exit)}"
         if self._session is not None:
             self._session.close(reason)
         if self._state != "running":
@@ -447,6 +475,7 @@ class ProcPlugin(Plugin):
             "at": now,
             "reason": reason,
             "exit_code": exit.code if exit is not None else None,
+            "limit": explain_exit(exit.code, exit.stderr_tail, self._limits)[0] if exit is not None and not self._kill_reason else "",
             "stderr": list(exit.stderr_tail[-10:]) if exit is not None else [],
         }
         self.log.warning("plugin %s crashed: %s%s", self.name, reason, _tail(exit.stderr_tail) if exit else "")

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from homeagent.plugins.proc.limits import ResourceLimits
+
 __all__ = ["Child", "ChildExit", "Supervisor", "describe_exit"]
 
 log = logging.getLogger("homeagent.plugins.proc")
@@ -64,6 +66,21 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None] | None:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != parent:  # the daemon died between fork and prctl
             os._exit(1)
+
+    return preexec
+
+
+def _child_preexec(parent: int, limits: ResourceLimits | None) -> Callable[[], None] | None:
+    """Die with the daemon, then the resource limits: everything the child needs set before exec."""
+    steps = [step for step in (_pdeathsig_preexec(parent), limits.preexec() if limits else None) if step is not None]
+    if not steps:
+        return None
+    if len(steps) == 1:
+        return steps[0]
+
+    def preexec() -> None:
+        for step in steps:
+            step()
 
     return preexec
 
@@ -300,8 +317,12 @@ class Supervisor:
         on_stdout: Callable[[bytes], None],
         on_exit: Callable[[Child, ChildExit], None],
         logger: logging.Logger,
+        limits: ResourceLimits | None = None,
     ) -> Child:
-        """Start ``argv`` with piped stdio; ``on_exit`` runs once, after the process has been reaped."""
+        """Start ``argv`` with piped stdio; ``on_exit`` runs once, after the process has been reaped.
+
+        ``limits`` are set in the child before exec (memory and CPU-time rlimits).
+        """
         if self._closed:
             raise RuntimeError("the plugin supervisor is shut down")
         loop = asyncio.get_running_loop()
@@ -318,7 +339,7 @@ class Supervisor:
                 cwd=str(cwd) if cwd is not None else None,
                 env=dict(env),
                 start_new_session=True,
-                preexec_fn=_pdeathsig_preexec(os.getpid()),
+                preexec_fn=_child_preexec(os.getpid(), limits),
             )
         except BaseException:
             for fd in (parent_in, parent_out):

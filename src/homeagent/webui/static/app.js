@@ -12,6 +12,7 @@ const VIEWS = {
   memory: () => import("./views/memory.js"),
   knowledge: () => import("./views/knowledge.js"),
   adapters: () => import("./views/adapters.js"),
+  approvals: () => import("./views/approvals.js"),
 };
 
 let unmount = null;

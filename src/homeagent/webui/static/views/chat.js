@@ -1,6 +1,7 @@
 // Chat: streamed replies with reasoning and tool calls as they happen, stop and interrupt,
 // file attachments, history from the text log, and proactive messages sent to this page.
 import { ApiError, api, postStream } from "../api.js";
+import { followApprovals } from "../approvals.js";
 import { clear, fmtTime, h, pretty, toast } from "../dom.js";
 import { t } from "../i18n.js";
 import { renderMarkdown } from "../markdown.js";
@@ -225,6 +226,9 @@ export async function mount(root) {
     scroll();
   });
 
+  // tool calls waiting for you (this page's turns, other channels', sub-agents'): Allow once / Always / Deny
+  const stopApprovals = await followApprovals(list, () => scroll());
+
   input.focus();
-  return () => { events.close(); controller.abort(); };
+  return () => { events.close(); stopApprovals(); controller.abort(); };
 }

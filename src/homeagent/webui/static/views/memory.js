@@ -1,11 +1,11 @@
 // Memory browser: the context timeline (L1), documents (L2), the graph of entities and
-// relations (L3) as an interactive view, counts, and one search over all of them.
+// relations (L3) as an interactive view, the media store, counts, and one search over all of them.
 import { api } from "../api.js";
 import { clear, fmtTime, h, pretty } from "../dom.js";
 import { renderGraph } from "../graph.js";
 import { t } from "../i18n.js";
 
-const TABS = ["timeline", "documents", "graph", "stats"];
+const TABS = ["timeline", "documents", "graph", "media", "stats"];
 
 function unavailable(box, err) {
   clear(box).append(h("p", { class: err.status === 501 ? "notice" : "error" },
@@ -26,6 +26,32 @@ function docCard(d) {
       d.score !== undefined ? ` · ${Number(d.score).toFixed(3)}` : ""),
     d.summary ? h("b", {}, d.summary) : null,
     h("div", { class: "plain" }, String(d.content || d.text || "").slice(0, 1200)));
+}
+
+function humanSize(n) {
+  const units = ["B", "KB", "MB", "GB"];
+  let v = Number(n) || 0, i = 0;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i += 1; }
+  return i ? `${v.toFixed(1)} ${units[i]}` : `${v} B`;
+}
+
+// One media item: a thumbnail while the bytes are there and are an image, its marker, size, state and references.
+function mediaCard(m) {
+  const refs = h("div", { class: "muted small media-refs" });
+  const showRefs = async () => {
+    const full = await api("GET", `/api/v1/memory/media/${m.digest}`);
+    clear(refs).append(h("ul", {}, full.references.map((r) => h("li", {}, `${r.owner_kind} ${r.owner_id}`))));
+  };
+  const thumb = m.state === "present" && m.mime.startsWith("image/") && m.mime !== "image/svg+xml"
+    ? h("img", { class: "media-thumb", src: m.url, alt: m.description || m.short, loading: "lazy" }) : null;
+  return h("div", { class: `card media-card state-${m.state}`, dataset: { digest: m.digest } },
+    thumb,
+    h("div", { class: "meta" }, h("code", {}, m.short), " ", h("span", { class: "tag" }, m.mime), " ",
+      humanSize(m.size), " · ", fmtTime(m.created), m.source ? ` · ${m.source}` : ""),
+    m.description ? h("div", { class: "plain" }, m.description) : null,
+    m.state !== "present" ? h("div", { class: "notice small" }, t("memory.media_gone", { state: m.state })) : null,
+    h("button", { class: "small", onclick: showRefs }, t("memory.media_refs", { n: m.refs })),
+    refs);
 }
 
 export async function mount(root) {
@@ -62,6 +88,13 @@ export async function mount(root) {
           const rel = data.edges.filter((e) => e.source === id || e.target === id);
           clear(detail).append(h("b", {}, id), h("ul", {}, rel.map((e) => h("li", {}, `${e.source} —${e.label}→ ${e.target}`))));
         });
+      } else if (tab === "media") {
+        const data = await api("GET", "/api/v1/memory/media?limit=200");
+        const st = data.stats;
+        const items = q ? data.items.filter((m) => `${m.description} ${m.digest} ${m.mime}`.toLowerCase().includes(q.toLowerCase())) : data.items;
+        clear(panel).append(
+          h("p", { class: "muted" }, t("memory.media_summary", { n: st.present, size: humanSize(st.present_bytes), refs: st.references })),
+          h("div", { class: "media-grid" }, ...(items.length ? items.map(mediaCard) : [h("p", { class: "muted" }, t("memory.empty"))])));
       } else {
         const data = await api("GET", "/api/v1/memory/stats");
         clear(panel).append(...Object.entries(data).map(([k, v]) => h("div", { class: "card" }, h("h3", {}, k), h("pre", {}, pretty(v)))));

@@ -1,0 +1,69 @@
+"""The memory browser's media tab in a real browser: thumbnails of kept images, evicted items with their description."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from homeagent.daemon import Daemon
+from tests.fakes.webui_fixtures import start_web
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip(
+        "browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
+    )
+
+from playwright.async_api import async_playwright  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("webui-browser")
+
+
+def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    rows = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+async def test_media_tab_shows_thumbnails_states_and_references(daemon: Daemon) -> None:
+    assert daemon.media is not None
+    kept = (await daemon.media.aput_bytes(png(120, 60, (120, 40, 200)), description="purple flag")).info
+    gone = (await daemon.media.aput_bytes(png(30, 30, (200, 30, 30)), description="red square")).info
+    await daemon.media.aadd_refs("document", "doc-7", [kept.digest])
+    assert (await daemon.media.agc(0.0)).swept == 1
+    web = await start_web(daemon)
+    try:
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(
+                executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
+            )
+            try:
+                context = await browser.new_context(viewport={"width": 1280, "height": 800})
+                await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
+                assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
+                page = await context.new_page()
+                page.set_default_timeout(15_000)
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(web.url + "#/memory/media")
+                card = page.locator(f".media-card[data-digest='{kept.digest}']")
+                await card.locator("img.media-thumb").wait_for()
+                assert await card.locator("img.media-thumb").evaluate("img => img.naturalWidth") == 120
+                await card.locator("button").click()
+                await card.locator(".media-refs li").wait_for()
+                assert await card.locator(".media-refs").inner_text() == "document doc-7"
+                evicted = page.locator(f".media-card[data-digest='{gone.digest}']")
+                assert await evicted.locator("img").count() == 0
+                text = await evicted.inner_text()
+                assert "red square" in text and "bytes evicted; the description is kept" in text
+                assert not errors
+            finally:
+                await browser.close()
+    finally:
+        await web.server.close()

@@ -1,0 +1,118 @@
+"""The people in memory as plugins see them, through the daemon's own wiring.
+
+A subprocess plugin asks the read-only ``social.*`` RPC methods (they answered
+-32004 before: the host looked up method names the social graph did not
+have); an in-process plugin gets the full social API, writes included. Both
+are driven by the offline provider's ``/tool`` over the real socket.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from typing import Any
+
+import pytest
+
+from homeagent.cli.client import Client
+from homeagent.daemon import Daemon
+
+pytestmark = pytest.mark.xdist_group("processes")
+
+EXTERNAL = '''
+from typing import Any
+
+
+class SocialProbe:
+    name = "socialprobe"
+
+    async def start(self, sdk: Any) -> None:
+        async def people(args: dict[str, Any]) -> Any:
+            social = sdk.social
+            out: dict[str, Any] = {"persons": await social.list_persons()}
+            out["person"] = await social.get_person(args["name"])
+            out["trait"] = await social.get_trait(args["name"], "hobby")
+            out["relations"] = await social.get_relations(args["name"])
+            out["network"] = await social.get_network(args["name"], 2)
+            try:
+                await social.get_person("Nobody Known")
+            except Exception as exc:  # the host's error comes back as a readable message
+                out["unknown"] = str(exc)
+            return out
+
+        sdk.register_tool("socialprobe_people", people, description="Read the social graph.",
+                          parameters={"type": "object", "properties": {"name": {"type": "string"}},
+                                      "required": ["name"]})
+
+    async def stop(self) -> None:
+        pass
+
+
+def create_plugin(name: str, config: Any) -> SocialProbe:
+    return SocialProbe()
+'''
+
+INTERNAL = '''
+from typing import Any
+
+
+class SocialWriter:
+    name = "socialwriter"
+
+    async def start(self, sdk: Any) -> None:
+        async def befriend(args: dict[str, Any]) -> Any:
+            await sdk.social.set_trait(args["a"], "hobby", args["hobby"])
+            return await sdk.social.relate(args["a"], "friend", args["b"])
+
+        sdk.register_tool("socialwriter_befriend", befriend, description="Write to the social graph.",
+                          parameters={"type": "object", "properties": {"a": {"type": "string"},
+                                      "b": {"type": "string"}, "hobby": {"type": "string"}},
+                                      "required": ["a", "b", "hobby"]})
+
+    async def stop(self) -> None:
+        pass
+
+
+def create_plugin(name: str, config: Any) -> SocialWriter:
+    return SocialWriter()
+'''
+
+
+def _install(daemon: Daemon, name: str, source: str, manifest: dict[str, Any]) -> None:
+    folder = daemon.paths.plugins / name
+    folder.mkdir(parents=True)
+    (folder / "plugin.json").write_text(json.dumps({"name": name, "version": "1.0.0", "description": name, **manifest}))
+    module = manifest["entry"].split(":")[0].split(".")[0]
+    (folder / (manifest["entry"] if manifest["entry"].endswith(".py") else f"{module}.py")).write_text(
+        textwrap.dedent(source)
+    )
+
+
+async def _tool(daemon: Daemon, name: str, args: dict[str, Any]) -> Any:
+    client = await Client.connect(daemon.paths.socket)
+    try:
+        frames = [f async for f in client.chat(f"/tool {name} {json.dumps(args)}")]
+    finally:
+        await client.close()
+    done = next(f for f in frames if f["type"] == "tool_call" and f.get("status") != "running")
+    assert done["status"] == "ok", done
+    return json.loads(done["result"]) if isinstance(done["result"], str) else done["result"]
+
+
+async def test_plugins_read_and_write_the_people_in_memory(daemon: Daemon) -> None:
+    _install(daemon, "socialwriter", INTERNAL, {"entry": "main.py", "capabilities": ["tools", "memory.write"]})
+    _install(daemon, "socialprobe", EXTERNAL, {
+        "entry": "probe:create_plugin", "runtime": "process", "capabilities": ["tools", "memory.read"],
+    })
+    await daemon.plugins.reload_all()
+
+    wrote = await _tool(daemon, "socialwriter_befriend", {"a": "Alice", "b": "Bob", "hobby": "sailing"})
+    assert wrote["stored"] == ["Alice --friend--> Bob", "Bob --friend--> Alice"]
+
+    seen = await _tool(daemon, "socialprobe_people", {"name": "Alice"})
+    assert {p["name"] for p in seen["persons"]} == {"Alice", "Bob"}
+    assert seen["person"]["name"] == "Alice" and seen["person"]["traits"] == {"hobby": "sailing"}
+    assert seen["trait"] == {"person": "Alice", "trait": "hobby", "value": "sailing"}
+    assert seen["relations"] == [{"relation": "friend", "person": "Bob", "direction": "out"}]
+    assert {p["name"] for p in seen["network"]["people"]} == {"Alice", "Bob"}
+    assert "Nobody Known" in seen["unknown"]
