@@ -1,7 +1,7 @@
 """`homeagent chat` in a real PTY against a real daemon process and a scripted LLM.
 
 Input typed while a reply streams (`!text` interrupts, `/cancel` stops,
-anything else is queued), `/clear`, `/reconnect` after the daemon restarted,
+anything else is queued), an approval asked inline, `/clear`, `/reconnect` after the daemon restarted,
 and the input history that outlives the session (owner-only file).
 """
 
@@ -22,6 +22,7 @@ import pexpect
 import pytest
 
 from homeagent.cli.chat import CLEAR_SCREEN, HISTORY_FILE
+from homeagent.cli.main import main as cli_main
 from homeagent.datalock import lock_holder
 from tests.fakes.llm_openai import FakeOpenAI, Turn
 
@@ -83,6 +84,9 @@ async def test_chat_takes_input_while_a_reply_streams_and_reconnects(data_dir: P
         "HOMEAGENT_LLM_API_KEY": "sk-chat-test-000000",
         "HOMEAGENT_LLM_MODEL": "gpt-fake",
     }
+    workdir = data_dir.parent / "w"
+    workdir.mkdir()
+    assert await asyncio.to_thread(cli_main, ["--data-dir", str(data_dir), "config", "set", "core.agent.workdir", str(workdir)]) == 0
     daemon = DaemonProcess(data_dir, env)
     llm.script(
         Turn.text("Quick answer.", chunks=3),
@@ -90,6 +94,8 @@ async def test_chat_takes_input_while_a_reply_streams_and_reconnects(data_dir: P
         Turn.text("Summary after the interrupt."),
         Turn.slow("one two " * 200, chunks=200, delay=0.05),
         Turn.text("Then this."),
+        Turn.tool_calls([("cmd_run", {"command": "touch inline"})]),
+        Turn.text("Made it."),
         Turn.text("Welcome back."),
         Turn.text("Again."),
     )
@@ -124,6 +130,15 @@ async def test_chat_takes_input_while_a_reply_streams_and_reconnects(data_dir: P
 
             child.sendline("/clear")
             child.expect_exact(CLEAR_SCREEN)
+            child.expect("you> ")
+
+            # a tool call that needs approval is asked inline, at a prompt of its own
+            child.sendline("make a file")
+            child.expect("approval needed")
+            child.expect(r"allow\? \[y\]es once")
+            child.sendline("y")
+            child.expect(r"\(allowed\)")
+            child.expect("Made it.")
             child.expect("you> ")
 
             # the daemon restarts under the client
@@ -162,6 +177,7 @@ async def test_chat_takes_input_while_a_reply_streams_and_reconnects(data_dir: P
     finally:
         await asyncio.to_thread(daemon.stop)
 
+    assert (workdir / "inline").exists()
     interrupted = json.dumps(llm.requests[2].body, ensure_ascii=False)
     assert "stop and summarise" in interrupted
     assert llm.disconnects, "/cancel did not close the LLM stream"
