@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from homeagent.cli.client import connect_to
 from homeagent.datalock import lock_holder
+from homeagent.paths import DataPaths
 from tests.conftest import run_cli
 from tests.fakes.llm_openai import FakeOpenAI, Turn
 
@@ -104,6 +106,8 @@ async def test_ctrl_c_stops_the_turn_on_the_daemon_and_a_closed_pipe_ends_ask_qu
     llm.script(
         Turn.slow("and on " * 200, chunks=200, delay=0.05),
         Turn.text("Still here."),
+        Turn.slow("other " * 40, chunks=40, delay=0.05),  # another client's turn
+        Turn.slow("mine " * 200, chunks=200, delay=0.05),  # ask's, queued behind it
         Turn.slow("word " * 200, chunks=200, delay=0.02),
     )
     proc = await ask_proc(data_dir, "tell me everything")
@@ -117,6 +121,25 @@ async def test_ctrl_c_stops_the_turn_on_the_daemon_and_a_closed_pipe_ends_ask_qu
     # the daemon is idle again and answers the next message
     after = await run_cli(data_dir, "ask", "--no-stream", "still there?")
     assert (after.code, after.out) == (0, "Still here.\n")
+
+    # Ctrl-C on an ask whose message still waits behind another client's turn stops ask's turn, not theirs
+    other = await connect_to(DataPaths(data_dir))
+    try:
+        frames = other.chat("someone else's question")
+        assert (await anext(frames))["type"] in ("content_delta", "reasoning_delta")  # their turn runs
+        queued = await ask_proc(data_dir, "my question")
+        while True:  # until ask's message waits in the daemon's queue
+            if (await other.call("status"))["agent"]["queued"] >= 1:
+                break
+            assert queued.returncode is None
+            await asyncio.sleep(0.02)
+        queued.send_signal(signal.SIGINT)
+        theirs = [f async for f in frames][-1]
+        assert theirs["type"] == "response" and theirs["ok"] is True and not theirs["interrupted"]
+    finally:
+        await other.close()
+    _, err = await asyncio.wait_for(queued.communicate(), 30)
+    assert queued.returncode == 130 and b"(stopped)" in err, err
 
     # `homeagent ask hi | head -c 10`: no BrokenPipeError traceback, the status a shell gives for SIGPIPE
     def pipeline() -> tuple[int, bytes]:

@@ -61,90 +61,111 @@ async def ask(
 ) -> dict[str, Any]:
     """Send ``text``, follow its turn to the end; returns the response frame plus ``tool_calls``."""
     client = await connect_to(paths)
-    if images:
-        from homeagent.cli.media_cmd import attach_images
-
-        try:
-            text = "\n".join([text, *await attach_images(client, images)])
-        except BaseException:
-            await client.close()
-            raise
-    loop = asyncio.get_running_loop()
-    me = asyncio.current_task()
-    stops = 0
-    sending: set[asyncio.Task[None]] = set()
-
-    def side_note(message: str) -> None:
-        if printer is not None:
-            printer.note(message)
-        else:
-            print(message, file=sys.stderr, flush=True)
-
-    def on_sigint() -> None:
-        nonlocal stops
-        stops += 1
-        if stops == 1:
-            task = loop.create_task(client.send({"type": "cancel"}))
-            sending.add(task)
-            task.add_done_callback(sending.discard)
-            side_note("(stopping the turn; Ctrl-C again to leave without waiting)")
-        elif me is not None:
-            me.cancel()
-
-    with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
     try:
-        async with asyncio.timeout(timeout):
-            return await _follow(client, text, printer)
-    except TimeoutError:
-        await _cancel_quietly(client)
-        return {"ok": False, "error": f"no reply within {timeout:g}s (the turn was stopped)", "tool_calls": []}
-    except asyncio.CancelledError:
-        if stops < 2:
-            raise
-        return {"ok": False, "interrupted": True, "error": "left without waiting for the daemon", "tool_calls": []}
+        if images:
+            from homeagent.cli.media_cmd import attach_images
+
+            text = "\n".join([text, *await attach_images(client, images)])
+        return await _AskTurn(client, printer).run(text, timeout)
     finally:
-        with contextlib.suppress(Exception):
-            loop.remove_signal_handler(signal.SIGINT)
         await client.close()
 
 
-async def _follow(client: Client, text: str, printer: ReplyPrinter | None) -> dict[str, Any]:
-    tools: list[dict[str, Any]] = []
-    errors: list[str] = []
-    await client.send({"type": "chat", "text": text})
-    while True:
-        frame = await client.frames.get()
-        kind = frame.get("type")
-        if printer is not None and kind not in ("response", "closed"):
-            printer.feed(frame)
-        if kind == "ack" and frame.get("of") == "cancel" and not frame.get("cancelled"):
-            # nothing was running: the daemon has not picked this message up yet (another turn runs)
-            return {"ok": False, "interrupted": True, "error": "stopped before the turn started", "tool_calls": tools}
-        if kind == "approval_request":
-            from homeagent.cli.approvals_cmd import describe
+class _AskTurn:
+    """One message's turn, followed to its end; Ctrl-C stops it on the daemon (a second one leaves at once).
 
-            note = f"approval needed {describe(frame)}: answer with `homeagent approvals allow|deny {frame.get('id')}`"
-            if printer is not None:
-                printer.note(note)
-            else:
-                print(note, file=sys.stderr, flush=True)
-        elif kind == "tool_call":
-            tools.append({k: frame.get(k) for k in ("tool", "status", "result")})
-        elif kind == "error":
-            errors.append(str(frame.get("message")))
-        elif kind == "closed":
-            return {"ok": False, "error": "the daemon closed the connection", "tool_calls": tools}
-        elif kind == "response":
-            final = dict(frame)
-            if printer is not None and (final.get("ok") or final.get("interrupted") or final.get("text")):
+    The socket's ``cancel`` stops whatever turn is running, and this message's turn may still
+    wait behind another client's. So a stop is sent only once this turn has shown a frame, or
+    when the daemon has no input waiting (then the running turn is this one); otherwise it is
+    sent when the turn's first frame arrives.
+    """
+
+    def __init__(self, client: Client, printer: ReplyPrinter | None) -> None:
+        self.client = client
+        self.printer = printer
+        self.started = False  # a frame of this turn has arrived
+        self.stop_when_started = False
+        self.stops = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self, text: str, timeout: float) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+
+        def on_sigint() -> None:
+            self.stops += 1
+            if self.stops == 1:
+                task = loop.create_task(self.stop())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                self.note("(stopping the turn; Ctrl-C again to leave without waiting)")
+            elif me is not None:
+                me.cancel()
+
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            async with asyncio.timeout(timeout):
+                return await self.follow(text)
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.stop(), 5)
+            return {"ok": False, "error": f"no reply within {timeout:g}s (the turn was stopped)", "tool_calls": []}
+        except asyncio.CancelledError:
+            if self.stops < 2:
+                raise
+            return {"ok": False, "interrupted": True, "error": "left without waiting for the daemon", "tool_calls": []}
+        finally:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(signal.SIGINT)
+
+    def note(self, message: str) -> None:
+        if self.printer is not None:
+            self.printer.note(message)
+        else:
+            print(message, file=sys.stderr, flush=True)
+
+    async def stop(self) -> None:
+        if not self.started:
+            status = await self.client.call("status", timeout=5)
+            agent = status.get("agent", {}) if isinstance(status, dict) else {}
+            if agent.get("queued", 1) != 0:  # this message may still wait behind another turn
+                self.stop_when_started = True
+                return
+        await self.client.send({"type": "cancel"})
+
+    async def follow(self, text: str) -> dict[str, Any]:
+        tools: list[dict[str, Any]] = []
+        errors: list[str] = []
+        printer = self.printer
+        await self.client.send({"type": "chat", "text": text})
+        while True:
+            frame = await self.client.frames.get()
+            kind = frame.get("type")
+            if kind in ("reasoning_delta", "content_delta", "tool_call", "approval_request"):
+                self.started = True
+                if self.stop_when_started:
+                    self.stop_when_started = False
+                    await self.client.send({"type": "cancel"})
+            if printer is not None and kind not in ("response", "closed"):
                 printer.feed(frame)
-            final["tool_calls"] = tools
-            if errors and not final.get("error"):
-                final["error"] = "; ".join(errors)
-            return final
+            if kind == "approval_request":
+                from homeagent.cli.approvals_cmd import describe
 
-
-async def _cancel_quietly(client: Client) -> None:
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.send({"type": "cancel"}), 2)
+                self.note(
+                    f"approval needed {describe(frame)}: answer with `homeagent approvals allow|deny {frame.get('id')}`"
+                )
+            elif kind == "tool_call":
+                tools.append({k: frame.get(k) for k in ("tool", "status", "result")})
+            elif kind == "error":
+                errors.append(str(frame.get("message")))
+            elif kind == "closed":
+                return {"ok": False, "error": "the daemon closed the connection", "tool_calls": tools}
+            elif kind == "response":
+                final = dict(frame)
+                if printer is not None and (final.get("ok") or final.get("interrupted") or final.get("text")):
+                    printer.feed(frame)
+                final["tool_calls"] = tools
+                if errors and not final.get("error"):
+                    final["error"] = "; ".join(errors)
+                return final
