@@ -19,6 +19,7 @@ from typing import Any
 
 from homeagent.cli.client import Client, connect_to
 from homeagent.cli.render import ReplyPrinter
+from homeagent.cli.turnstop import TurnStopper
 from homeagent.paths import DataPaths
 
 EXIT_STOPPED = 130
@@ -72,19 +73,12 @@ async def ask(
 
 
 class _AskTurn:
-    """One message's turn, followed to its end; Ctrl-C stops it on the daemon (a second one leaves at once).
-
-    The socket's ``cancel`` stops whatever turn is running, and this message's turn may still
-    wait behind another client's. So a stop is sent only once this turn has shown a frame, or
-    when the daemon has no input waiting (then the running turn is this one); otherwise it is
-    sent when the turn's first frame arrives.
-    """
+    """One message's turn, followed to its end; Ctrl-C stops it on the daemon (a second one leaves at once)."""
 
     def __init__(self, client: Client, printer: ReplyPrinter | None) -> None:
         self.client = client
         self.printer = printer
-        self.started = False  # a frame of this turn has arrived
-        self.stop_when_started = False
+        self.stopper = TurnStopper(client)  # this turn only, never one it waits behind
         self.stops = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -95,7 +89,7 @@ class _AskTurn:
         def on_sigint() -> None:
             self.stops += 1
             if self.stops == 1:
-                task = loop.create_task(self.stop())
+                task = loop.create_task(self.stopper.request())
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 self.note("(stopping the turn; Ctrl-C again to leave without waiting)")
@@ -109,7 +103,7 @@ class _AskTurn:
                 return await self.follow(text)
         except TimeoutError:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.stop(), 5)
+                await asyncio.wait_for(self.stopper.request(), 5)
             return {"ok": False, "error": f"no reply within {timeout:g}s (the turn was stopped)", "tool_calls": []}
         except asyncio.CancelledError:
             if self.stops < 2:
@@ -125,15 +119,6 @@ class _AskTurn:
         else:
             print(message, file=sys.stderr, flush=True)
 
-    async def stop(self) -> None:
-        if not self.started:
-            status = await self.client.call("status", timeout=5)
-            agent = status.get("agent", {}) if isinstance(status, dict) else {}
-            if agent.get("queued", 1) != 0:  # this message may still wait behind another turn
-                self.stop_when_started = True
-                return
-        await self.client.send({"type": "cancel"})
-
     async def follow(self, text: str) -> dict[str, Any]:
         tools: list[dict[str, Any]] = []
         errors: list[str] = []
@@ -142,11 +127,7 @@ class _AskTurn:
         while True:
             frame = await self.client.frames.get()
             kind = frame.get("type")
-            if kind in ("reasoning_delta", "content_delta", "tool_call", "approval_request"):
-                self.started = True
-                if self.stop_when_started:
-                    self.stop_when_started = False
-                    await self.client.send({"type": "cancel"})
+            await self.stopper.seen(frame)
             if printer is not None and kind not in ("response", "closed"):
                 printer.feed(frame)
             if kind == "approval_request":

@@ -29,6 +29,7 @@ from typing import Any
 
 from homeagent.cli.client import Client, DaemonStarting, DaemonUnavailable, RemoteError, connect_to
 from homeagent.cli.render import ReplyPrinter, Style
+from homeagent.cli.turnstop import TurnStopper
 from homeagent.paths import DataPaths
 
 HELP = """commands:
@@ -115,6 +116,7 @@ class ChatSession:
         self.queued: list[str] = []
         self.busy = False
         self.printer: ReplyPrinter | None = None
+        self.stopper: TurnStopper | None = None  # of the reply that streams
         self._typed = b""
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -214,10 +216,16 @@ class ChatSession:
             if frame.get("type") == "output":
                 print(f"{self.style.cyan}agent> {frame.get('text', '')}{self.style.reset}")
 
+    def _stop_reply(self) -> None:
+        if self.stopper is not None:
+            task = asyncio.get_running_loop().create_task(self.stopper.request())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        self._note("(stopping the reply…)")
+
     def _on_sigint(self) -> None:
         if self.busy:
-            self._send_soon({"type": "cancel"})
-            self._note("(stopping the reply…)")
+            self._stop_reply()
         else:
             print(f"\n{self.style.dim}(use /exit or Ctrl-D to quit){self.style.reset}", flush=True)
 
@@ -230,6 +238,7 @@ class ChatSession:
     # ----------------------------------------------------------------- reply
     async def _reply(self, client: Client, text: str) -> None:
         self.printer = ReplyPrinter(sys.stdout, prefix="agent> ")
+        self.stopper = TurnStopper(client)
         self.busy = True
         listening = self._listen()
         try:
@@ -241,6 +250,7 @@ class ChatSession:
                     self.client = None
                     self.queued.clear()
                     return
+                await self.stopper.seen(frame)
                 if frame.get("type") == "approval_request":  # the turn waits for you: answer inline
                     await self._approve(client, frame, listening)
                     continue
@@ -251,6 +261,7 @@ class ChatSession:
                 asyncio.get_running_loop().remove_reader(sys.stdin.fileno())
             self.busy = False
             self.printer = None
+            self.stopper = None
             self._typed = b""
 
     async def _approve(self, client: Client, request: dict[str, Any], listening: bool) -> None:
@@ -301,8 +312,7 @@ class ChatSession:
             self._send_soon({"type": "interrupt", "text": text[1:].strip()})
             self._note("(interrupt sent: the model reads it before its next step)")
         elif text == "/cancel":
-            self._send_soon({"type": "cancel"})
-            self._note("(stopping the reply…)")
+            self._stop_reply()
         elif text.startswith("/") and not text.startswith("//"):
             self._note(f"({text.split()[0]} waits: /cancel or Ctrl-C stops the reply, !text interrupts it)")
         else:
