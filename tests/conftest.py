@@ -23,12 +23,19 @@ LLM_ENV = (
     "DEEPSEEK_API_KEY",
     "HOMEAGENT_SOCKET",
     "HOMEAGENT_DATA_DIR",
+    # every test talks to loopback servers; a proxy from the environment would send that traffic elsewhere
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
 )
 
 
 @pytest.fixture(autouse=True)
 def _clean_llm_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tests never pick up a developer's real LLM keys or data directory."""
+    """Tests never pick up a developer's real LLM keys, data directory or proxy."""
     for name in LLM_ENV:
         monkeypatch.delenv(name, raising=False)
 
