@@ -35,6 +35,7 @@ from homeagent.approvals import DEFAULT_ASK, ApprovalBroker, ApprovalPolicy, App
 from homeagent.approvals.desk import socket_methods as approval_methods
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
+from homeagent.console import ConsoleLogHandler, say
 from homeagent.control import ConfigControl
 from homeagent.datalock import AlreadyRunning, DataDirLock
 from homeagent.events import EventBus
@@ -71,6 +72,7 @@ from homeagent.plugins.services import PluginServices
 from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
+from homeagent.startup import AGENT, APPROVALS, MEMORY, PLUGINS, WEB, Startup, StillStarting
 from homeagent.threads import run_detached
 
 log = logging.getLogger("homeagent.daemon")
@@ -81,12 +83,14 @@ LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARN
 
 
 class Daemon:
-    def __init__(self, paths: DataPaths, *, web: bool = True, log_level: str | None = None) -> None:
+    def __init__(
+        self, paths: DataPaths, *, web: bool = True, log_level: str | None = None, lock: DataDirLock | None = None
+    ) -> None:
         self.paths = paths
         self.web_enabled = web
         self.log_level = log_level
         self.started_at = time.time()
-        self.lock = DataDirLock(paths.lock)
+        self.lock = lock or DataDirLock(paths.lock)
         self.stopped = asyncio.Event()
         self.notes: list[str] = []
         self.web_url: str | None = None
@@ -94,6 +98,7 @@ class Daemon:
         self._undo: list[Callable[[], None]] = []
         self._log_handler: logging.Handler | None = None
         self._llm_reload: asyncio.TimerHandle | None = None
+        self.startup = Startup([APPROVALS, MEMORY, PLUGINS, AGENT, *([WEB] if web else [])])
 
     # ------------------------------------------------------------------ start
     async def start(self) -> None:
@@ -137,11 +142,15 @@ class Daemon:
             persona_file=lambda: cfg.get_str("core.agent.persona_file", ""),
         )
         # The socket comes up first (status works, messages queue) while memory and plugins load.
-        self.socket = SocketServer(self.paths.socket, self.io, cancel_turn=self._cancel_turn, limits=self._socket_limits)
+        self.socket = SocketServer(
+            self.paths.socket, self.io, cancel_turn=self._cancel_turn, limits=self._socket_limits, gate=self._gate
+        )
         self._register_rpc()
         await self.socket.start()
         await self._start_approvals()
+        self.startup.done(APPROVALS)
         await self._start_memory()
+        self.startup.done(MEMORY)
 
         settings = TurnSettings(
             max_tool_turns=lambda: cfg.get_int("core.agent.max_tool_turns", 10),
@@ -244,9 +253,12 @@ class Daemon:
         register_rpc(self.socket, self.plugins)
         summary = await self.plugins.load_all()
         log.info("plugins: %s", summary.get("states", summary))
+        self.startup.done(PLUGINS)
         self.agent.start()
+        self.startup.done(AGENT)
         if self.web_enabled:
             await self._start_web()
+        self.startup.finish()  # the web UI is up, or failed and says so in the notes
         log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
 
     async def _start_approvals(self) -> None:
@@ -611,6 +623,12 @@ class Daemon:
         hits = await self.knowledge.search(str(params.get("query", "")), int(params.get("k", 5)))
         return [h.to_dict() for h in hits]
 
+    async def _gate(self, method: str) -> None:
+        try:
+            await self.startup.gate(method)
+        except StillStarting as exc:
+            raise RPCError(str(exc)) from exc
+
     def _plugin_limits(self, name: str) -> ResourceLimits:
         """A subprocess plugin's memory and CPU-time limits: the defaults, or its entry in core.plugin.limits."""
         cfg = self.config
@@ -668,6 +686,8 @@ class Daemon:
             "plugins": len(self.plugins.running()) if hasattr(self, "plugins") else 0,
             "approvals_pending": len(self.approvals.pending()) if hasattr(self, "approvals") else 0,
             "events": self.events.stats(),
+            "ready": self.startup.ready,
+            "starting": self.startup.starting,
         }
 
     # ----------------------------------------------------------------- config
@@ -725,39 +745,50 @@ class Daemon:
         return hasattr(self, attr)
 
 
-def run_daemon(paths: DataPaths, *, log_level: str | None = None, web: bool = True) -> int:
-    """Run in the foreground until SIGINT/SIGTERM or `homeagent stop`."""
-    console = logging.StreamHandler(sys.stderr)
+def run_daemon(
+    paths: DataPaths, *, log_level: str | None = None, web: bool = True, lock: DataDirLock | None = None
+) -> int:
+    """Run in the foreground until SIGINT/SIGTERM or `homeagent stop`.
+
+    ``lock``, already held, is the data directory's lock taken before this module was imported
+    (seconds of imports): a CLI command in that window sees a daemon starting, and waits for it.
+    """
+    console = ConsoleLogHandler(sys.stderr)
     console.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     logging.getLogger("homeagent").addHandler(console)
 
     async def main() -> int:
-        daemon = Daemon(paths, web=web, log_level=log_level)
+        daemon = Daemon(paths, web=web, log_level=log_level, lock=lock)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):  # before start: a signal during start-up stops cleanly too
             loop.add_signal_handler(sig, daemon.stopped.set)
         try:
             await daemon.start()
         except AlreadyRunning as exc:
-            print(f"homeagent: {exc}", file=sys.stderr)
+            say(f"homeagent: {exc}", sys.stderr)
             return 1
         except ConfigError as exc:
-            print(f"homeagent: cannot start: {exc}", file=sys.stderr)
+            say(f"homeagent: cannot start: {exc}", sys.stderr)
             return 1
-        print(f"HomeAgent {__version__} running (pid {os.getpid()})", flush=True)
-        print(f"  data dir: {paths.root}", flush=True)
-        print(f"  socket:   {paths.socket}", flush=True)
-        if daemon.web_url:
-            print(f"  web UI:   {daemon.web_url}", flush=True)
-        message = daemon.web.new_token_message() if daemon.web else None
-        if message:
-            print(message, flush=True)
-        print(f"  LLM:      {daemon.llm.manager.current_source()}", flush=True)
-        for note in [*daemon.llm.notes, *daemon.notes]:
-            print(f"  note: {note}", flush=True)
-        await daemon.stopped.wait()
-        print("stopping…", flush=True)
-        await daemon.stop()
+        try:
+            say(f"HomeAgent {__version__} running (pid {os.getpid()})")
+            say(f"  data dir: {paths.root}")
+            say(f"  socket:   {paths.socket}")
+            if daemon.web_url:
+                say(f"  web UI:   {daemon.web_url}")
+            message = daemon.web.new_token_message() if daemon.web else None
+            if message:
+                say(message)
+            say(f"  LLM:      {daemon.llm.manager.current_source()}")
+            for note in [*daemon.llm.notes, *daemon.notes]:
+                say(f"  note: {note}")
+            await daemon.stopped.wait()
+            say("stopping…")
+        finally:  # whatever happened above, every subsystem is stopped in order
+            await daemon.stop()
         return 0
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    finally:
+        logging.getLogger("homeagent").removeHandler(console)

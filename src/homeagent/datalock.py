@@ -35,6 +35,8 @@ class DataDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        if self._fd is not None:  # taken early by `homeagent run`, before the slow imports
+            return
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from homeagent.cli.client import Client, DaemonUnavailable, RemoteError
+from homeagent.cli.client import DaemonUnavailable, RemoteError, connect_to
 
 
 def register(sub: Any) -> None:
@@ -54,7 +54,7 @@ def _paths(args: argparse.Namespace) -> Any:
 
 
 async def _via_daemon(args: argparse.Namespace, method: str, params: dict[str, Any]) -> Any:
-    client = await Client.connect(_paths(args).socket, timeout=1.0)
+    client = await connect_to(_paths(args), timeout=1.0)
     try:
         return await client.call(method, params, timeout=120)
     finally:

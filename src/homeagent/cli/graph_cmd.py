@@ -190,11 +190,11 @@ def cmd_graph(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------- memory run-loop
 def cmd_run_loop(args: argparse.Namespace) -> int:
-    from homeagent.cli.client import Client, DaemonUnavailable, RemoteError
+    from homeagent.cli.client import DaemonUnavailable, RemoteError, connect_to
     from homeagent.cli.main import paths_from
 
     async def via_daemon() -> Any:
-        client = await Client.connect(paths_from(args).socket, timeout=1.0)
+        client = await connect_to(paths_from(args), timeout=1.0)
         try:
             return await client.call("memory.run_loop", {"name": args.name}, timeout=600)
         finally:

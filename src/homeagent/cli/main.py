@@ -7,12 +7,15 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from homeagent import __version__
-from homeagent.cli.client import Client, DaemonUnavailable, RemoteError
+from homeagent.cli.client import DaemonStarting, DaemonUnavailable, RemoteError, connect_to
+from homeagent.console import detach
 from homeagent.paths import DataPaths, resolve_data_dir
+
+EXIT_BROKEN_PIPE = 141
+"""What a shell reports for a command ended by SIGPIPE."""
 
 
 def paths_from(args: argparse.Namespace) -> DataPaths:
@@ -30,14 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-web", action="store_true", help="do not start the web UI")
     run.set_defaults(func=cmd_run)
 
-    ask = sub.add_parser("ask", help="send one message and print the reply")
-    ask.add_argument("text", nargs="+")
-    ask.add_argument("--json", action="store_true", help="print the whole result as JSON")
-    ask.add_argument("--timeout", type=float, default=300.0)
-    ask.add_argument("--image", action="append", default=[], metavar="FILE",
-                     help="keep FILE in the media store and add its marker to the message (repeatable); "
-                     "the model reads the marker, not the pixels")
-    ask.set_defaults(func=cmd_ask)
+    from homeagent.cli import ask_cmd
+
+    ask_cmd.register(sub)
 
     chat = sub.add_parser("chat", help="interactive chat with streamed replies")
     chat.set_defaults(func=cmd_chat)
@@ -85,10 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return func(args)
+        code = func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at exit
+        return code
+    except BrokenPipeError:
+        # `homeagent … | head`: the reader is gone; leave quietly, as `yes | head` does
+        detach(sys.stdout)
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         return 130
-    except DaemonUnavailable as exc:
+    except (DaemonUnavailable, DaemonStarting) as exc:
         print(f"homeagent: {exc}", file=sys.stderr)
         return 3
     except RemoteError as exc:
@@ -98,59 +102,32 @@ def main(argv: list[str] | None = None) -> int:
 
 # -- commands -----------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    from homeagent.daemon import run_daemon
+    from homeagent.datalock import AlreadyRunning, DataDirLock
 
-    return run_daemon(paths_from(args), log_level=args.log_level, web=not args.no_web)
+    paths = paths_from(args)
+    paths.ensure()
+    # Take the data directory before the daemon's imports (seconds): from here on a CLI
+    # command waits for this daemon instead of writing to the data directory behind its back.
+    lock = DataDirLock(paths.lock)
+    try:
+        lock.acquire()
+    except AlreadyRunning as exc:
+        print(f"homeagent: {exc}", file=sys.stderr)
+        return 1
+    try:
+        from homeagent.daemon import run_daemon
+
+        return run_daemon(paths, log_level=args.log_level, web=not args.no_web, lock=lock)
+    finally:
+        lock.release()
 
 
 async def rpc(args: argparse.Namespace, method: str, params: dict[str, Any] | None = None) -> Any:
-    client = await Client.connect(paths_from(args).socket)
+    client = await connect_to(paths_from(args))
     try:
         return await client.call(method, params)
     finally:
         await client.close()
-
-
-def cmd_ask(args: argparse.Namespace) -> int:
-    text = " ".join(args.text)
-    images = [Path(f).expanduser().resolve() for f in args.image]  # the daemon reads them by absolute path
-
-    async def go() -> dict[str, Any]:
-        client = await Client.connect(paths_from(args).socket)
-        try:
-            message = text
-            if images:
-                from homeagent.cli.media_cmd import attach_images
-
-                message = "\n".join([text, *await attach_images(client, images)])
-            final: dict[str, Any] = {"ok": False, "error": "no response"}
-            tools: list[dict[str, Any]] = []
-            errors: list[str] = []
-            async for frame in client.chat(message):
-                if frame["type"] == "tool_call":
-                    tools.append({k: frame.get(k) for k in ("tool", "status", "result")})
-                elif frame["type"] == "error":
-                    errors.append(str(frame.get("message")))
-                elif frame["type"] == "response":
-                    final = dict(frame)
-                elif frame["type"] == "closed":
-                    final = {"ok": False, "error": "the daemon closed the connection"}
-            final["tool_calls"] = tools
-            if errors and not final.get("error"):
-                final["error"] = "; ".join(errors)
-            return final
-        finally:
-            await client.close()
-
-    result = asyncio.run(asyncio.wait_for(go(), args.timeout))
-    result.pop("type", None)
-    if args.json:
-        print(json.dumps(result, ensure_ascii=False, indent=2))
-    elif result.get("ok"):
-        print(result.get("text", ""))
-    else:
-        print(f"homeagent: {result.get('error') or 'the turn failed'}", file=sys.stderr)
-    return 0 if result.get("ok") else 1
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -170,8 +147,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def format_status(status: dict[str, Any]) -> str:
     agent = status.get("agent", {})
+    starting = status.get("starting") or []
+    state = "ready" if status.get("ready", True) else f"starting ({', '.join(starting)} not up yet)"
     lines = [
-        f"HomeAgent {status.get('version')}  pid {status.get('pid')}  up {status.get('uptime_s', 0):.0f}s",
+        f"HomeAgent {status.get('version')}  pid {status.get('pid')}  up {status.get('uptime_s', 0):.0f}s  {state}",
         f"data dir   {status.get('data_dir')}",
         f"socket     {status.get('socket')}",
     ]

@@ -79,7 +79,7 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_media(args: argparse.Namespace) -> int:
-    from homeagent.cli.client import Client, DaemonUnavailable, RemoteError
+    from homeagent.cli.client import DaemonUnavailable, RemoteError, connect_to
     from homeagent.cli.main import paths_from
     from homeagent.memory.media import MediaError
 
@@ -92,7 +92,7 @@ def cmd_media(args: argparse.Namespace) -> int:
     method = f"media.{args.media_action}"
 
     async def via_daemon() -> Any:
-        client = await Client.connect(paths.socket, timeout=1.0)
+        client = await connect_to(paths, timeout=1.0)
         try:
             return await client.call(method, params, timeout=600)
         finally:

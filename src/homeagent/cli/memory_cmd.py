@@ -353,11 +353,11 @@ def _loop_stats(data_dir: Path) -> dict[str, Any] | None:
     """The memory loops' last runs, counts and errors, from the running daemon (None without one)."""
     import asyncio
 
-    from homeagent.cli.client import Client, DaemonUnavailable
+    from homeagent.cli.client import DaemonUnavailable, connect_to
     from homeagent.paths import DataPaths
 
     async def ask() -> Any:
-        client = await Client.connect(DataPaths(data_dir).socket, timeout=1.0)
+        client = await connect_to(DataPaths(data_dir), timeout=1.0)
         try:
             return await client.call("memory.loops", timeout=5)
         finally:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from homeagent.cli.client import Client, DaemonUnavailable, RemoteError
+from homeagent.cli.client import DaemonUnavailable, RemoteError, connect_to
 
 KINDS = ("lua", "python", "skill")
 
@@ -89,7 +89,7 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 async def _via_daemon(args: argparse.Namespace, method: str, params: dict[str, Any]) -> Any:
-    client = await Client.connect(_paths(args).socket, timeout=1.0)
+    client = await connect_to(_paths(args), timeout=1.0)
     try:
         return await client.call(method, params, timeout=300)
     finally:
@@ -222,7 +222,11 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_install(args: argparse.Namespace) -> int:
     from homeagent.plugins.package import PackageError
 
-    params = {"source": args.source, "upgrade": args.upgrade}
+    source = args.source
+    if not source.startswith(("http://", "https://")):
+        # the daemon runs in another working directory: a relative path means the user's, so send it absolute
+        source = str(_expand(source).resolve())
+    params = {"source": source, "upgrade": args.upgrade}
 
     def local() -> Any:
         return asyncio.run(_local_install(args))

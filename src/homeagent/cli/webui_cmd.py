@@ -15,7 +15,7 @@ import json
 import sys
 from typing import Any
 
-from homeagent.cli.client import Client, DaemonUnavailable, RemoteError
+from homeagent.cli.client import DaemonUnavailable, RemoteError, connect_to
 
 
 def register(sub: Any) -> None:
@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 async def _via_daemon(args: argparse.Namespace) -> dict[str, Any]:
     from homeagent.cli.main import paths_from
 
-    client = await Client.connect(paths_from(args).socket, timeout=1.0)
+    client = await connect_to(paths_from(args), timeout=1.0)
     try:
         result: dict[str, Any] = await client.call("webui.token", {}, timeout=30)
         return result

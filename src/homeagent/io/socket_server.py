@@ -172,9 +172,13 @@ class SocketServer:
         cancel_turn: Callable[[], bool],
         channel: str = "cli",
         limits: Callable[[], SocketLimits] = SocketLimits,
+        gate: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.path = path
         self.limits = limits  # read for each new connection, so a changed setting applies to the next one
+        # awaited before an RPC's method is looked up: a starting daemon holds early calls until
+        # the method's subsystem is up (and raises RPCError when that takes too long)
+        self.gate = gate
         self.io = io
         self.cancel_turn = cancel_turn
         self.channel = channel
@@ -392,6 +396,12 @@ class SocketServer:
         rpc_id = frame.get("id")
         method = frame.get("method")
         params = frame.get("params") or {}
+        if self.gate is not None and isinstance(method, str):
+            try:
+                await self.gate(method)
+            except RPCError as exc:
+                conn.send_now({"type": "rpc_error", "id": rpc_id, "error": str(exc)})
+                return
         fn = self.methods.get(method) if isinstance(method, str) else None
         if fn is None:
             conn.send_now({"type": "rpc_error", "id": rpc_id, "error": f"unknown method {method!r}"})
