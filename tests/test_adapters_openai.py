@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from homeagent.providers.adapter_loader import AdapterError, AdapterLoader
+from homeagent.providers.adapter import AdapterError
+from homeagent.providers.adapter_loader import AdapterLoader
 from homeagent.providers.base import ChatRequest, ProviderError, StreamChunk
 from homeagent.providers.lua_provider import LuaAdaptedProvider
 from homeagent.providers.manager import ProviderManager
@@ -451,7 +452,7 @@ return {
 async def test_bodies_that_pass_the_history_through_are_joined_by_the_host(loader: AdapterLoader, user_dir: Path) -> None:
     """The history and tools JSON an adapter passes through unchanged reach the body byte for byte,
     wherever and however often the adapter puts them; small requests and huge ones (worker thread) alike."""
-    from homeagent.providers.adapter_loader import RequestContext, request_parts
+    from homeagent.providers.adapter import RequestContext, request_parts
 
     write(user_dir / "splice.lua", SPLICING_ADAPTER)
     tools = [{"type": "function", "function": {"name": f"t{i}", "description": "ü " * 200,
@@ -462,7 +463,7 @@ async def test_bodies_that_pass_the_history_through_are_joined_by_the_host(loade
         parts = request_parts(req)
         for name in ("splice", "openai"):
             adapter = loader.get(name)
-            ctx = adapter.context(RequestContext(model="m", stream=True, thinking=False))
+            ctx = await adapter.context(RequestContext(model="m", stream=True, thinking=False))
             body = await adapter.build_request(parts, ctx)
             sync_body = adapter.build_request_sync(parts, ctx)
             assert body == sync_body and parts.messages in body and parts.tools in body
