@@ -16,7 +16,9 @@ work overlaps the daemon's. ``--fake-in-process`` puts it on the daemon's event
 loop instead (how earlier runs measured); the two take turns there, and the
 overhead then also holds that scheduling.
 
-    .venv/bin/python -m bench.bench_kernel [--turns 200] [--fake-in-process]
+    .venv/bin/python -m bench.bench_kernel [--turns 200] [--fake-in-process] [--memory-off-only] [--cold 0]
+
+A/B of two trees in one run: run this script alternately with ``PYTHONPATH=<tree>/src``.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ async def bare_requests(fake: Fake, n: int) -> list[float]:
     return times
 
 
-async def kernel_turns(fake: Fake, turns: int) -> dict[str, list[float]]:
+async def kernel_turns(fake: Fake, turns: int, memory_on: bool = True) -> dict[str, list[float]]:
     os.environ.update(
         HOMEAGENT_LLM_BASE_URL=fake.base_url, HOMEAGENT_LLM_API_KEY="sk-bench-000000", HOMEAGENT_LLM_MODEL="gpt-fake"
     )
@@ -107,7 +109,7 @@ async def kernel_turns(fake: Fake, turns: int) -> dict[str, list[float]]:
                 if i >= 10:
                     provider_times.append(time.perf_counter() - started)
             results["provider.run only"] = provider_times
-            scenarios = {f"{k}, memory on": v for k, v in base.items()}
+            scenarios = {f"{k}, memory on": v for k, v in base.items()} if memory_on else {}
             scenarios.update({f"{k}, memory off": v for k, v in base.items()})
             full_memory, full_prompt = daemon.runner.memory, daemon.runner.prompt
             llm_time = [0.0]
@@ -275,10 +277,12 @@ async def main() -> None:
     parser.add_argument("--cold", type=int, default=5)
     parser.add_argument("--fake-in-process", action="store_true",
                         help="run the fake LLM on the daemon's event loop (how runs before 2026-12-03 measured)")
+    parser.add_argument("--memory-off-only", action="store_true",
+                        help="only the kernel-overhead scenarios (memory off): a quicker A/B of two trees")
     args = parser.parse_args()
     async with fake_llm(not args.fake_in_process) as fake:
         baseline = await bare_requests(fake, args.turns)
-        scenarios = await kernel_turns(fake, args.turns)
+        scenarios = await kernel_turns(fake, args.turns, not args.memory_off_only)
     base50 = statistics.median(baseline)
     reference = min(timed_reference() for _ in range(5))
     where = "on the daemon's event loop" if args.fake_in_process else "in its own process"
@@ -318,6 +322,8 @@ async def main() -> None:
             f"{statistics.median(outside) * 1000:.2f} / {pct(outside, 0.95) * 1000:.2f} | "
             f"{statistics.median(times) / base50:.1f}x |"
         )
+    if not args.cold:
+        return
     times, rss = cold_start(args.cold)
     print()
     print(f"cold start to socket ready: p50 {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms ({args.cold} runs)")

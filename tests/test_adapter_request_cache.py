@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from homeagent.providers.adapter_loader import Adapter, AdapterError, AdapterLoader, RequestContext, request_parts
+from homeagent.providers.adapter import Adapter, AdapterError, RequestContext, request_parts
+from homeagent.providers.adapter_loader import AdapterLoader
 
 CONVERTING = ("anthropic", "gemini", "ollama", "mistral")
 ALL = (*CONVERTING, "openai", "deepseek")
@@ -49,7 +50,7 @@ def request(messages: list[dict[str, Any]], *, thinking: bool = False) -> dict[s
 
 
 async def body(adapter: Adapter, req: dict[str, Any]) -> str:
-    ctx = adapter.context(RequestContext(model="m", stream=True, thinking=bool(req.get("thinking"))))
+    ctx = await adapter.context(RequestContext(model="m", stream=True, thinking=bool(req.get("thinking"))))
     return (await adapter.build_request(request_parts(req), ctx)).decode()
 
 
@@ -282,5 +283,5 @@ async def test_invalid_utf8_from_an_adapter_is_replaced(tmp_path: Path) -> None:
     req = request([{"role": "user", "content": "hi"}])
     assert json.loads(await body(adapter, req)) == {"model": "m\ufffd", "n": 1}
     assert json.loads(await body(adapter, {**req, "extra": {"text": True}})) == {"a": "x\ufffd"}
-    ctx = adapter.context(RequestContext(model="m", stream=False, thinking=False))
+    ctx = await adapter.context(RequestContext(model="m", stream=False, thinking=False))
     assert json.loads(adapter.build_request_sync(request_parts(req), ctx)) == {"model": "m\ufffd", "n": 1}

@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from homeagent.providers.adapter_loader import AdapterError, AdapterLoader
+from homeagent.providers.adapter import AdapterError
+from homeagent.providers.adapter_loader import AdapterLoader
 from homeagent.providers.base import ChatRequest, ProviderError, StreamChunk
 from homeagent.providers.lua_provider import LuaAdaptedProvider
 from homeagent.providers.manager import ProviderManager
@@ -451,7 +452,7 @@ return {
 async def test_bodies_that_pass_the_history_through_are_joined_by_the_host(loader: AdapterLoader, user_dir: Path) -> None:
     """The history and tools JSON an adapter passes through unchanged reach the body byte for byte,
     wherever and however often the adapter puts them; small requests and huge ones (worker thread) alike."""
-    from homeagent.providers.adapter_loader import RequestContext, request_parts
+    from homeagent.providers.adapter import RequestContext, request_parts
 
     write(user_dir / "splice.lua", SPLICING_ADAPTER)
     tools = [{"type": "function", "function": {"name": f"t{i}", "description": "ü " * 200,
@@ -462,7 +463,7 @@ async def test_bodies_that_pass_the_history_through_are_joined_by_the_host(loade
         parts = request_parts(req)
         for name in ("splice", "openai"):
             adapter = loader.get(name)
-            ctx = adapter.context(RequestContext(model="m", stream=True, thinking=False))
+            ctx = await adapter.context(RequestContext(model="m", stream=True, thinking=False))
             body = await adapter.build_request(parts, ctx)
             sync_body = adapter.build_request_sync(parts, ctx)
             assert body == sync_body and parts.messages in body and parts.tools in body
@@ -488,3 +489,89 @@ async def test_a_request_json_cannot_hold_is_refused_before_sending(loader: Adap
         await p.chat(ChatRequest(messages=[{"role": "user", "content": "hi"}], temperature=float("nan")))
         assert "temperature" not in fake.requests[-1].body
         assert (await p.chat(req())).content == "fine"
+
+
+SHOUTING = """
+return {
+  name = "shout", endpoint = "/chat/completions", stream_format = "openai",
+  transform_request = function(req) return openai_compat.request(req) end,
+  transform_response = function(raw) return openai_compat.response(raw) end,
+  transform_stream_chunk = function(line, state)
+    state.n = (state.n or 0) + 1
+    local out = openai_compat.chunk(line)
+    if out.content then out.content = string.upper(out.content) .. "#" .. state.n end
+    return out
+  end,
+}
+"""
+
+
+async def test_every_payload_reaches_the_adapters_own_parser(loader: AdapterLoader, user_dir: Path,
+                                                             client: aiohttp.ClientSession) -> None:
+    """Even with the old ``stream_format`` field, the user's function parses every payload, with one state."""
+    write(user_dir / "shout.lua", SHOUTING)
+    async with FakeOpenAI(prefix="") as fake:
+        fake.script(Turn.text("abc", chunks=3))
+        chunks = await collect(make(fake.base_url, loader, client, "shout"), req())
+    # payload 1 is the role with empty content; a, b, c are payloads 2-4
+    assert "".join(c.content for c in chunks) == "#1A#2B#3C#4"
+
+
+async def test_a_payload_that_is_not_json_names_its_line(loader: AdapterLoader, client: aiohttp.ClientSession) -> None:
+    async with FakeOpenAI(prefix="") as fake:
+        fake.script(Turn.text("fine", bad_json=True))
+        with pytest.raises(ProviderError) as info:
+            await collect(make(fake.base_url, loader, client, "openai"), req())
+    assert info.value.kind == "bad_response"
+    assert "line starts '{this is not json'" in str(info.value)
+
+
+async def serve_once(body: str) -> tuple[web.AppRunner, str]:
+    """A server answering every chat request with ``body`` as one SSE response (one network read)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(text=body, content_type="text/event-stream")
+
+    app = web.Application()
+    app.router.add_post("/chat/completions", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def test_a_bad_payload_among_several_in_one_read_names_its_line(loader: AdapterLoader,
+                                                                      client: aiohttp.ClientSession) -> None:
+    good = json.dumps({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": None}]})
+    runner, url = await serve_once(f"data: {good}\n\ndata: {good}\n\ndata: [1, oops]\n\ndata: {good}\n\n")
+    try:
+        with pytest.raises(ProviderError) as info:
+            await collect(make(url, loader, client, "openai"), req())
+    finally:
+        await runner.cleanup()
+    assert info.value.kind == "bad_response" and "line starts '[1, oops]'" in str(info.value)
+
+
+async def test_a_stream_arriving_in_one_read_is_parsed_in_order(loader: AdapterLoader,
+                                                                client: aiohttp.ClientSession) -> None:
+    """A whole SSE stream in one network read: every chunk, in order, and nothing after [DONE]."""
+    events = [{"choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]} for w in ("one ", "two ")]
+    events.append({"choices": [{"index": 0, "delta": {"tool_calls": [
+        {"index": 0, "id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}}]},
+        "finish_reason": None}]})
+    events.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    events.append({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}})
+    body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+    body += 'data: {"choices": [{"delta": {"content": "after the end"}}]}\n\n'
+    runner, url = await serve_once(body)
+    try:
+        chunks = await collect(make(url, loader, client, "openai"), req())
+    finally:
+        await runner.cleanup()
+    assert [c.content for c in chunks if c.content] == ["one ", "two "]
+    assert [(d.id, d.name, d.arguments) for c in chunks for d in c.tool_calls] == [("call_a", "f", '{"x":1}')]
+    assert [c.finish_reason for c in chunks if c.finish_reason] == ["tool_calls"]
+    usage = [c.usage for c in chunks if c.usage]
+    assert usage and usage[-1].to_dict() == {"prompt": 7, "completion": 3, "total": 10, "cache_read": 0, "reasoning": 0}

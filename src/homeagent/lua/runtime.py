@@ -1302,6 +1302,40 @@ class LuaSandbox:
         """Like :meth:`call_multi`, but ``http_*`` builtins are awaited without blocking the loop."""
         return await self.finish_async(self._step_start(budget or self.instruction_budget, fn, self._prepare_args(args)))
 
+    async def call_scalars_async(self, fn: Any, *args: Any, budget: int | None = None) -> tuple[Any, ...]:
+        """Like :meth:`call_async` for host-written functions that take and return scalars only.
+
+        ``args`` go to Lua as they are (strings, numbers, booleans, Lua values: nothing is
+        converted) and the results come back without the check for tables, so a call costs a
+        single crossing. On the event loop it never waits for the state: when a worker thread
+        holds it (transforming a huge request), the call runs in a thread as well.
+        """
+        head = (budget or self.instruction_budget, self._soft_kb, True, fn)
+        if self._lock.acquire(blocking=False):
+            try:
+                res = self._step(self._start, head, args)
+            finally:
+                self._lock.release()
+        else:
+            res = await asyncio.to_thread(self._step, self._start, head, args)
+        if res[0] == "ok":
+            return res[2:]
+        return await self.finish_async(res)
+
+    @staticmethod
+    def lua_type(value: Any) -> str:
+        """The Lua type name of a value the sandbox handed out (``"table"``, ``"function"``, …;
+        Python scalars as Lua sees them: ``"nil"``, ``"boolean"``, ``"number"``, ``"string"``)."""
+        if value is None:
+            return "nil"
+        if isinstance(value, bool):
+            return "boolean"
+        if isinstance(value, int | float):
+            return "number"
+        if isinstance(value, str | bytes):
+            return "string"
+        return str(lua54.lua_type(value))
+
     def run_raw(self, fn: Any, *args: Any, budget: int | None = None) -> tuple[Any, ...]:
         """Start ``fn`` without converting arguments; returns the raw step tuple (host fast path)."""
         return self._step_start(budget or self.instruction_budget, fn, args)

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass
 class Usage:
-    """Token usage normalised across providers."""
+    """Token usage normalised across providers (by the adapter harness: adapter_harness.py)."""
 
     prompt: int = 0
     completion: int = 0
@@ -30,28 +30,6 @@ class Usage:
             "cache_read": self.cache_read,
             "reasoning": self.reasoning,
         }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Usage:
-        data = data or {}
-
-        def num(*keys: str) -> int:
-            for key in keys:
-                value = data.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    return int(value)
-            return 0
-
-        prompt = num("prompt", "prompt_tokens", "input_tokens")
-        completion = num("completion", "completion_tokens", "output_tokens")
-        total = num("total", "total_tokens") or prompt + completion
-        return cls(
-            prompt=prompt,
-            completion=completion,
-            total=total,
-            cache_read=num("cache_read", "cached_tokens"),
-            reasoning=num("reasoning", "reasoning_tokens"),
-        )
 
 
 @dataclass

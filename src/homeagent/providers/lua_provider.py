@@ -1,34 +1,29 @@
 """The provider: HTTP in Python (aiohttp, streaming), wire-format transforms in a Lua adapter.
 
-Lua runs inline on the event loop: a transform costs microseconds and is
-bounded by the sandbox's instruction budget (see docs/adapters.md for the
-numbers). Requests larger than ``OFFLOAD_BYTES`` are transformed in a worker
-thread so a huge history never stalls the loop.
+The Lua adapter is the one implementation of each wire format: it builds every
+request body and reads every response and stream payload. It runs inline on the
+event loop, bounded by the sandbox's instruction budget: a request costs tens to
+hundreds of microseconds, a stream payload a few (docs/PERFORMANCE.md), next to
+LLM round trips of hundreds of milliseconds. Requests larger than
+``OFFLOAD_BYTES`` are transformed in a worker thread so a huge history never
+stalls the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
-import dataclasses
 import email.utils
 import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import aiohttp
 
-from homeagent.providers.adapter_loader import (
-    NO_CHUNK,
-    Adapter,
-    AdapterError,
-    ParsedChunk,
-    RequestContext,
-    request_parts,
-)
+from homeagent.providers.adapter import Adapter, AdapterError, RequestContext, json_bytes, request_parts
+from homeagent.providers.adapter_harness import ParsedChunk, Usage5
 from homeagent.providers.base import (
     ChatRequest,
     ChatResponse,
@@ -46,16 +41,14 @@ from homeagent.providers.http import (
     proxy_for,
     request_timeout,
 )
+from homeagent.providers.stream_payloads import LineTooLong, finish_body, payload_batches
 
 __all__ = ["LuaAdaptedProvider", "estimate_tokens", "parse_retry_after", "trim_messages"]
 
 log = logging.getLogger("homeagent.providers")
 
 MAX_BODY_BYTES = 32 * 1024 * 1024  # a non-streamed response larger than this is refused
-MAX_LINE_BYTES = 8 * 1024 * 1024  # one stream line larger than this is refused
 OFFLOAD_BYTES = 256 * 1024  # request JSON above this size is transformed in a worker thread
-FINISH_BODY_SECONDS = 0.25  # how long to wait for the end of a body after the stream's end marker
-FINISH_BODY_MAX_LINES = 16  # lines read after the end marker before giving up on reusing the connection
 CHARS_PER_TOKEN = 3  # the context-window estimate: characters / 3
 
 
@@ -144,7 +137,7 @@ class LuaAdaptedProvider:
         cached = self._tools_text_cache
         if cached is not None and cached[0] is tools and cached[1] == len(tools):
             return cached[2]
-        text = request_parts({"tools": tools}).tools
+        text = json_bytes(tools)
         self._tools_text_cache = (tools, len(tools), text)
         return text
 
@@ -184,15 +177,13 @@ class LuaAdaptedProvider:
         unified, thinking = self._unified(request, stream)
         tools = unified.pop("tools", None)
         try:
-            parts = request_parts(unified, message_sizes=adapter.wants_message_sizes)
-            if tools:
-                parts = dataclasses.replace(parts, tools=self._tools_text(tools))
+            parts = request_parts(unified, self._tools_text(tools) if tools else b"")
         except (TypeError, ValueError) as exc:
             raise self._err(f"request is not JSON-serialisable: {exc}", "client") from None
         ctx = RequestContext(model=str(unified["model"]), stream=stream, thinking=thinking,
                              base_url=self.base_url, source=self.name)
         try:
-            lua_ctx = adapter.context(ctx)
+            lua_ctx = await adapter.context(ctx)
             endpoint = await adapter.endpoint(lua_ctx)
             headers = await adapter.headers(self._api_key, lua_ctx)
             if parts.size > OFFLOAD_BYTES:
@@ -257,35 +248,27 @@ class LuaAdaptedProvider:
                 if resp.status >= 400:
                     data = await _read_capped(resp, 1024 * 1024, self)
                     raise self._http_error(resp, data)
-                state = None  # the Lua parser's table for this stream, made when first needed
-                payloads = _payloads(resp, self)
-                async for line in payloads:
-                    fast = adapter.parse_chunk_fast(line)  # the ordinary chunks, without a Lua call
-                    if fast is NO_CHUNK:
-                        continue
-                    if fast is not None:
-                        parsed = fast
-                    else:
-                        if state is None:
-                            state = adapter.new_stream_state()
-                        try:
-                            lua_parsed = await adapter.parse_chunk_lua(line, state, lua_ctx)
-                        except AdapterError as exc:
-                            detail = f" (line starts {line[:120]!r})" if exc.kind == "bad_response" else ""
-                            raise self._err(f"{exc}{detail}", exc.kind) from None
-                        if lua_parsed is None:
-                            continue
-                        parsed = lua_parsed
-                    if parsed.error:
-                        raise self._err(parsed.error, parsed.error_kind or "server", status=resp.status)
-                    if parsed.finish_reason or parsed.done:
-                        complete = True
-                    chunk = _to_chunk(parsed)
-                    if chunk is not None:
-                        yield chunk
-                    if parsed.done:
-                        await _finish_body(resp, payloads)
+                state = adapter.new_stream_state()  # the adapter's table for this stream
+                batches = payload_batches(resp)
+                async for batch in batches:
+                    try:
+                        parsed = await adapter.parse_chunks(batch, state, lua_ctx)
+                    except AdapterError as exc:
+                        detail = f" (line starts {exc.payload[:120]!r})" if exc.kind == "bad_response" else ""
+                        raise self._err(f"{exc}{detail}", exc.kind) from None
+                    for one in parsed:
+                        if one.error:
+                            raise self._err(one.error, one.error_kind or "server", status=resp.status)
+                        if one.finish_reason or one.done:
+                            complete = True
+                        chunk = _to_chunk(one)
+                        if chunk is not None:
+                            yield chunk
+                    if parsed and parsed[-1].done:
+                        await finish_body(resp, batches)
                         break
+        except LineTooLong as exc:
+            raise self._err(str(exc), "bad_response") from None
         except ProviderError:
             raise
         except TRANSPORT_ERRORS as exc:
@@ -333,11 +316,12 @@ def _to_chunk(parsed: ParsedChunk) -> StreamChunk | None:
                        finish_reason=parsed.finish_reason or None, usage=usage)
 
 
-def _usage(values: tuple[int, int, int, int, int] | None) -> Usage:
+def _usage(values: Usage5 | None) -> Usage:
+    """Usage as the adapter harness normalised it (the one place that reads vendors' shapes)."""
     if values is None:
         return Usage()
     p, c, t, cr, rs = values
-    return Usage(prompt=p, completion=c, total=t or p + c, cache_read=cr, reasoning=rs)
+    return Usage(prompt=p, completion=c, total=t, cache_read=cr, reasoning=rs)
 
 
 async def _read_capped(resp: aiohttp.ClientResponse, cap: int, provider: LuaAdaptedProvider) -> bytes:
@@ -349,73 +333,6 @@ async def _read_capped(resp: aiohttp.ClientResponse, cap: int, provider: LuaAdap
             raise provider._err(f"response larger than {cap} bytes", "bad_response", status=resp.status)
         parts.append(piece)
     return b"".join(parts)
-
-
-async def _finish_body(resp: aiohttp.ClientResponse, payloads: AsyncGenerator[str, None]) -> None:
-    """Read the little that follows the end marker so the connection goes back to the pool.
-
-    A response left half-read is closed instead of reused, which costs a new
-    TCP (and, against a real API, TLS) handshake on every request. Whatever a
-    misbehaving server sends after its end marker is ignored, and only briefly.
-    """
-    if resp.content.at_eof():  # the body's end came with the marker: nothing to wait for
-        await payloads.aclose()  # now, rather than by a finaliser task later
-        return
-    try:
-        async with asyncio.timeout(FINISH_BODY_SECONDS):
-            extra = 0
-            async for _line in payloads:
-                extra += 1
-                if extra > FINISH_BODY_MAX_LINES:
-                    return
-    except _AFTER_END_ERRORS:
-        return
-
-
-_AFTER_END_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, ProviderError)
-_SSE_SKIP = ("event:", "id:", "retry:", ":")
-
-
-async def _payloads(resp: aiohttp.ClientResponse, provider: LuaAdaptedProvider) -> AsyncGenerator[str, None]:
-    """Split a streamed body into payloads: SSE ``data:`` values and NDJSON lines alike.
-
-    Each ``data:`` line is dispatched as soon as it arrives (LLM APIs put one
-    JSON document per data line), other SSE fields and blank lines are skipped.
-    """
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    pending = ""
-    async for raw in resp.content.iter_any():
-        text = decoder.decode(raw)
-        if not text:
-            continue
-        pending += text
-        if "\n" not in text:
-            if len(pending) > MAX_LINE_BYTES:
-                raise provider._err(f"a stream line is longer than {MAX_LINE_BYTES} bytes", "bad_response")
-            continue
-        lines = pending.split("\n")
-        pending = lines.pop()
-        for line in lines:
-            payload = _payload(line)
-            if payload is not None:
-                yield payload
-    pending += decoder.decode(b"", final=True)
-    if pending.strip():
-        payload = _payload(pending)
-        if payload is not None:
-            yield payload
-
-
-def _payload(line: str) -> str | None:
-    line = line.rstrip("\r")
-    if not line:
-        return None
-    if line.startswith("data:"):
-        value = line[5:]
-        return value[1:] if value.startswith(" ") else value
-    if line.startswith(_SSE_SKIP):
-        return None
-    return line
 
 
 def _error_message(data: bytes) -> str:

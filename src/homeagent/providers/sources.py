@@ -15,7 +15,8 @@ from typing import Any
 
 import aiohttp
 
-from homeagent.providers.adapter_loader import Adapter, AdapterError, AdapterLoader
+from homeagent.providers.adapter import Adapter, AdapterError
+from homeagent.providers.adapter_loader import AdapterLoader
 from homeagent.providers.base import Provider
 from homeagent.providers.http import TRANSPORT_ERRORS, SharedSession
 from homeagent.providers.lua_provider import LuaAdaptedProvider

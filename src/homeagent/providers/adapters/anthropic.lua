@@ -185,8 +185,6 @@ return {
   name = "anthropic",
   version = "1.0",
   endpoint = "/v1/messages",
-  -- plain text/thinking chunks are parsed by the host; the rest by transform_stream_chunk below
-  stream_format = "anthropic",
 
   headers = function(api_key)
     return { ["x-api-key"] = api_key, ["anthropic-version"] = VERSION_HEADER }

@@ -215,8 +215,6 @@ end
 return {
   name = "gemini",
   version = "1.0",
-  -- plain text/thinking chunks are parsed by the host; the rest by transform_stream_chunk below
-  stream_format = "gemini",
 
   endpoint = function(ctx)
     local action = ctx.stream and ":streamGenerateContent?alt=sse" or ":generateContent"

@@ -88,8 +88,6 @@ return {
   version = "1.0",
   needs_api_key = false,
   endpoint = "/api/chat",
-  -- plain text/thinking chunks are parsed by the host; the rest by transform_stream_chunk below
-  stream_format = "ollama",
 
   headers = function(api_key)
     if api_key and api_key ~= "" then return { Authorization = "Bearer " .. api_key } end

@@ -11,8 +11,6 @@ return {
   name = "openai",
   version = "1.0",
   endpoint = "/chat/completions",
-  -- plain delta chunks are parsed by the host; the rest by transform_stream_chunk below
-  stream_format = "openai",
 
   headers = function(api_key)
     return compat.bearer(api_key)
