@@ -8,6 +8,7 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,23 @@ async def daemon(data_dir: Path) -> AsyncIterator[Daemon]:
         yield d
     finally:
         await d.stop()
+
+
+async def offline_tool(daemon: Daemon, name: str, args: dict[str, Any]) -> Any:
+    """Run tool ``name`` through the offline provider (``/tool NAME {json}``) over the real socket; its result.
+
+    The tool must succeed; a JSON text result is decoded.
+    """
+    import json
+
+    from homeagent.cli.client import Client
+
+    client = await Client.connect(daemon.paths.socket)
+    try:
+        frames = [f async for f in client.chat(f"/tool {name} {json.dumps(args)}")]
+    finally:
+        await client.close()
+    done = next(f for f in frames if f["type"] == "tool_call" and f.get("status") != "running")
+    assert done["status"] == "ok", done
+    result = done["result"]
+    return json.loads(result) if isinstance(result, str) else result

@@ -12,8 +12,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from homeagent.cli.client import Client
 from homeagent.daemon import Daemon
+from tests.conftest import offline_tool
 
 PLUGIN = '''
 from typing import Any
@@ -50,16 +50,8 @@ def create_plugin(name: str, config: dict[str, Any]) -> DocProbe:
 '''
 
 
-async def _tool(daemon: Daemon, args: dict[str, Any]) -> dict[str, Any]:
-    client = await Client.connect(daemon.paths.socket)
-    try:
-        frames = [f async for f in client.chat(f"/tool docprobe {json.dumps(args)}")]
-    finally:
-        await client.close()
-    done = next(f for f in frames if f["type"] == "tool_call" and f.get("status") != "running")
-    assert done["status"] == "ok", done
-    result = done["result"]
-    return json.loads(result) if isinstance(result, str) else result
+async def _tool(daemon: Daemon, args: dict[str, Any]) -> Any:
+    return await offline_tool(daemon, "docprobe", args)
 
 
 async def test_plugin_documents_go_in_as_text_or_object_and_come_back(daemon: Daemon, tmp_path: Path) -> None:

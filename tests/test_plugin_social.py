@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from homeagent.cli.client import Client
 from homeagent.daemon import Daemon
+from tests.conftest import offline_tool
 
 pytestmark = pytest.mark.xdist_group("processes")
 
@@ -88,17 +88,6 @@ def _install(daemon: Daemon, name: str, source: str, manifest: dict[str, Any]) -
     )
 
 
-async def _tool(daemon: Daemon, name: str, args: dict[str, Any]) -> Any:
-    client = await Client.connect(daemon.paths.socket)
-    try:
-        frames = [f async for f in client.chat(f"/tool {name} {json.dumps(args)}")]
-    finally:
-        await client.close()
-    done = next(f for f in frames if f["type"] == "tool_call" and f.get("status") != "running")
-    assert done["status"] == "ok", done
-    return json.loads(done["result"]) if isinstance(done["result"], str) else done["result"]
-
-
 async def test_plugins_read_and_write_the_people_in_memory(daemon: Daemon) -> None:
     _install(daemon, "socialwriter", INTERNAL, {"entry": "main.py", "capabilities": ["tools", "memory.write"]})
     _install(daemon, "socialprobe", EXTERNAL, {
@@ -106,10 +95,10 @@ async def test_plugins_read_and_write_the_people_in_memory(daemon: Daemon) -> No
     })
     await daemon.plugins.reload_all()
 
-    wrote = await _tool(daemon, "socialwriter_befriend", {"a": "Alice", "b": "Bob", "hobby": "sailing"})
+    wrote = await offline_tool(daemon, "socialwriter_befriend", {"a": "Alice", "b": "Bob", "hobby": "sailing"})
     assert wrote["stored"] == ["Alice --friend--> Bob", "Bob --friend--> Alice"]
 
-    seen = await _tool(daemon, "socialprobe_people", {"name": "Alice"})
+    seen = await offline_tool(daemon, "socialprobe_people", {"name": "Alice"})
     assert {p["name"] for p in seen["persons"]} == {"Alice", "Bob"}
     assert seen["person"]["name"] == "Alice" and seen["person"]["traits"] == {"hobby": "sailing"}
     assert seen["trait"] == {"person": "Alice", "trait": "hobby", "value": "sailing"}
