@@ -255,10 +255,10 @@ class HostSession:
             "settings.defs": lambda p: [to_json(d) for d in self._settings.defs(_s(p, "prefix", ""))],
             "settings.dataDir": lambda p: str(self._settings.data_dir()),
             "settings.getCore": lambda p: self._masked(_s(p, "key"), self._settings.get_core(_s(p, "key"), p.get("default"))),
-            "settings.setCore": lambda p: self._masked(_s(p, "key"), self._settings.set_core(_s(p, "key"), p.get("value"))),
+            "settings.setCore": self._set_core,
             "settings.listCore": lambda p: self._masked_all("", self._settings.list_core(_s(p, "prefix", ""))),
             "settings.getPlugin": self._get_plugin_setting,
-            "settings.setPlugin": lambda p: self._settings.set_plugin(_s(p, "plugin"), _s(p, "key"), p.get("value")),
+            "settings.setPlugin": self._set_plugin,
             "settings.listPlugin": lambda p: self._masked_all(
                 _s(p, "plugin"), self._settings.list_plugin(_s(p, "plugin"), _s(p, "prefix", ""))
             ),
@@ -628,6 +628,37 @@ class HostSession:
     def _config(self) -> Any:
         services = getattr(self._sdk, "services", None)
         return getattr(services, "config", None)
+
+    def _refuse_owner_only(self, qkey: str) -> None:
+        """An owner-only setting (it starts processes, loads code, moves a confined folder, widens access) is the
+        owner's to change, not a plugin's: refused at the RPC boundary whatever capabilities the plugin holds."""
+        config = self._config()
+        if config is None:
+            return
+        for key in dict.fromkeys((qkey, qkey if qkey.startswith(("core.", "plugin.")) else f"core.{qkey}")):
+            try:
+                definition = config.get_def(key)
+            except Exception:  # an unknown or malformed key: the setter itself says what is wrong
+                continue
+            if definition is not None and definition.owner_only:
+                raise RPCError(
+                    ErrorCode.PERMISSION_DENIED,
+                    f"{key} is an owner-only setting: plugins may not change it (the owner can, with "
+                    f"`homeagent config set {key} <value>`)",
+                    {"key": key},
+                )
+
+    def _set_core(self, p: dict[str, Any]) -> Any:
+        key = _s(p, "key")
+        self._refuse_owner_only(key)
+        return self._masked(key, self._settings.set_core(key, p.get("value")))
+
+    def _set_plugin(self, p: dict[str, Any]) -> Any:
+        plugin, key = _s(p, "plugin"), _s(p, "key")
+        config = self._config()
+        if plugin != self.name and config is not None:  # its own table is the plugin's business
+            self._refuse_owner_only(config.qualify(plugin, key))
+        return self._settings.set_plugin(plugin, key, p.get("value"))
 
     def _masked(self, key: str, value: Any) -> Any:
         """Secrets never leave the host for an external plugin (only its own table is unmasked)."""

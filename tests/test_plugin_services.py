@@ -1,9 +1,11 @@
-"""The people in memory as plugins see them, through the daemon's own wiring.
+"""What the daemon hands plugins, through its own wiring: the people in memory, and settings within limits.
 
 A subprocess plugin asks the read-only ``social.*`` RPC methods (they answered
 -32004 before: the host looked up method names the social graph did not
-have); an in-process plugin gets the full social API, writes included. Both
-are driven by the offline provider's ``/tool`` over the real socket.
+have); an in-process plugin gets the full social API, writes included; a
+subprocess plugin holding ``settings.core`` still cannot change owner-only
+settings. All are driven by the offline provider's ``/tool`` over the real
+socket.
 """
 
 from __future__ import annotations
@@ -105,3 +107,53 @@ async def test_plugins_read_and_write_the_people_in_memory(daemon: Daemon) -> No
     assert seen["relations"] == [{"relation": "friend", "person": "Bob", "direction": "out"}]
     assert {p["name"] for p in seen["network"]["people"]} == {"Alice", "Bob"}
     assert "Nobody Known" in seen["unknown"]
+
+
+SETTER = '''
+from typing import Any
+
+
+class Setter:
+    name = "setter"
+
+    async def start(self, sdk: Any) -> None:
+        async def setting(args: dict[str, Any]) -> Any:
+            try:
+                if args.get("plugin"):
+                    sdk.settings.set_plugin(args["plugin"], args["key"], args["value"])
+                else:
+                    sdk.settings.set_core(args["key"], args["value"])
+            except Exception as exc:
+                return {"refused": str(exc)}
+            return {"set": True}
+
+        sdk.register_tool("setter_set", setting, description="Change a setting.",
+                          parameters={"type": "object", "properties": {"key": {"type": "string"},
+                                      "value": {}, "plugin": {"type": "string"}}, "required": ["key", "value"]})
+
+    async def stop(self) -> None:
+        pass
+
+
+def create_plugin(name: str, config: Any) -> Setter:
+    return Setter()
+'''
+
+
+async def test_a_plugin_with_settings_core_still_cannot_change_owner_only_settings(daemon: Daemon) -> None:
+    _install(daemon, "setter", SETTER, {
+        "entry": "setter:create_plugin", "runtime": "process", "capabilities": ["tools", "settings.core"],
+    })
+    await daemon.plugins.reload_all()
+    before = {k: daemon.config.get(k) for k in ("core.agent.workdir", "plugin.cmd.allow_shell")}
+    for args in (
+        {"key": "core.agent.workdir", "value": "/"},
+        {"key": "agent.workdir", "value": "/"},
+        {"plugin": "cmd", "key": "allow_shell", "value": True},
+    ):
+        refused = await offline_tool(daemon, "setter_set", args)
+        assert "owner-only" in refused["refused"], (args, refused)
+    assert {k: daemon.config.get(k) for k in before} == before
+    # what the capability is for still works
+    assert await offline_tool(daemon, "setter_set", {"key": "core.agent.max_tool_turns", "value": 7}) == {"set": True}
+    assert daemon.config.get("core.agent.max_tool_turns") == 7
