@@ -32,8 +32,8 @@ class Size:
 
 
 SIZES = {
-    "ci": Size(kills=3, max_life=1.5, cli_writes=True, socket_frames=3_000, rpc_frames=3_000,
-               api_examples=3, api_seconds=12, load_clients=10, load_seconds=4),
+    "ci": Size(kills=2, max_life=1.5, cli_writes=True, socket_frames=3_000, rpc_frames=3_000,
+               api_examples=3, api_seconds=60, load_clients=10, load_seconds=3),
     "small": Size(kills=12, max_life=3.0, cli_writes=True, socket_frames=20_000, rpc_frames=20_000,
                   api_examples=20, api_seconds=90, load_clients=30, load_seconds=20),
     "full": Size(kills=100, max_life=4.0, cli_writes=True, socket_frames=100_000, rpc_frames=100_000,

@@ -8,8 +8,8 @@ that starts and ends the daemon, and reads its footprint from /proc.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -23,7 +23,6 @@ from homeagent.cli.client import Client, DaemonUnavailable
 
 ENV_DROP = ("HOMEAGENT_LLM_BASE_URL", "HOMEAGENT_LLM_API_KEY", "HOMEAGENT_LLM_MODEL", "HOMEAGENT_LLM_ADAPTER",
             "LLM_API_KEY", "DEEPSEEK_API_KEY", "HOMEAGENT_SOCKET", "HOMEAGENT_DATA_DIR")
-_TOKEN = re.compile(r"web UI token \(shown once[^)]*\):\s*(\S+)")
 
 
 def clean_env() -> dict[str, str]:
@@ -124,8 +123,18 @@ class DaemonProc:
             await client.close()
             break
         if self.web and self.token is None:
-            found = _TOKEN.search(self.log_path.read_text(errors="replace"))
-            self.token = found.group(1) if found else None
+            self.token = await self._new_token()
+
+    async def _new_token(self) -> str | None:
+        """A fresh API token from `homeagent webui token --json` (the banner's copy may sit in a stdout buffer)."""
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "homeagent", "--data-dir", str(self.data_dir), "webui", "token", "--json",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=clean_env())
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        try:
+            return str(json.loads(out)["token"])
+        except (ValueError, KeyError):
+            return None
 
     def kill9(self) -> None:
         assert self.proc is not None
