@@ -255,3 +255,23 @@ def test_chinese_multi_session_check(tmp_path: Path, analyzer: Analyzer) -> None
     assert "D1:4" in by_question["小李的猫叫什么名字？"][:3]  # 咪咪
     assert "D3:6" in by_question["小李在学什么乐器？"][:3]  # 吉他
     assert "D1:4" in by_question["What is the name of Xiao Li's cat?"][:10]  # cross-lingual, through the dense half
+
+
+def test_a_long_session_does_not_grow_the_windows_of_its_day(tmp_path: Path, analyzer: Analyzer) -> None:
+    # found by the campaign (bench/campaign, load): rebuilding a session's row extended the cached word list of its
+    # date, so every later window of that day carried the whole session -- each turn slower than the one before
+    from homeagent.memory.conversation import date_text
+
+    store = DocumentStore(tmp_path / "documents.db", None, analyzer=analyzer)
+    try:
+        for i in range(60):
+            store.insert_many([DocDraft(f"I like item number {i}", ts=T0 + 60 * i, id=f"s:{i}", speaker="Ana", session="s")])
+            store.query(f"what about item {i}?", 3, touch=False, min_score=float("-inf"))
+        conv = store._conv
+        assert conv is not None
+        assert len(conv._words(date_text(T0))) < 20
+        windows = conv.windows
+        longest = max(windows._doc_len[row] for row in windows._row_of.values())
+        assert longest < 200, longest
+    finally:
+        store.close()

@@ -234,7 +234,9 @@ class ConversationIndex:
                 keys = [key for _, _, key in order]
                 for i, key in enumerate(keys):
                     self._adjacent[key] = (keys[i - 1] if i else None, keys[i + 1] if i + 1 < len(keys) else None)
-                tokens: list[str] = self._words(date_text(order[0][0]))
+                # a copy: _words hands out its cached list, and extending that grew every later window of the
+                # day by the whole session (turns slowed quadratically and RSS grew with the conversation)
+                tokens: list[str] = list(self._words(date_text(order[0][0])))
                 for _, _, key in order:
                     tokens.extend(self._own_tokens(key))
                 self.session_index.add(session, tokens)
