@@ -175,11 +175,22 @@ class DaemonProc:
             await client.close()
 
 
+# Kernel tasks are threads; thread pools (the event loop's default executor: min(32, cpus + 4)) start their threads
+# lazily up to their bound and keep them. A few more idle pool threads after a flood than before it are not a leak.
+TASK_HEADROOM = 4
+
+
+def back_to_baseline(baseline: Footprint, after: Footprint, rss_mb: float = 50) -> bool:
+    """The issue's "fds/tasks/RSS back to baseline": fds not above, tasks within pool headroom, RSS within `rss_mb`."""
+    return (after.fds <= baseline.fds and after.tasks <= baseline.tasks + TASK_HEADROOM
+            and after.rss_mb - baseline.rss_mb <= rss_mb)
+
+
 async def settle_footprint(daemon: DaemonProc, baseline: Footprint, seconds: float = 10.0) -> Footprint:
     """The footprint once transient work has drained: polled until fds and tasks are back or time is up."""
     deadline = time.monotonic() + seconds
     now = daemon.footprint()
-    while time.monotonic() < deadline and (now.fds > baseline.fds or now.tasks > baseline.tasks):
+    while time.monotonic() < deadline and (now.fds > baseline.fds or now.tasks > baseline.tasks + TASK_HEADROOM):
         await asyncio.sleep(0.5)
         now = daemon.footprint()
     return now

@@ -242,6 +242,11 @@ async def run(workdir: Path, kills: int, seed: int, max_life: float, cli: bool) 
     lost: list[str] = []
     corrupt: list[str] = []
     await daemon.start()
+    client = await Client.connect(daemon.socket)
+    try:  # every timer write stays active (20 h): lift the cap of 100, or the ledger would only see refusals
+        await client.call("config.set", {"key": "plugin.timer.max_timers", "value": 1_000_000})
+    finally:
+        await client.close()
     try:
         for _ in range(kills):
             writers = Writers(daemon, ledger, rng, cli)

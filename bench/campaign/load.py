@@ -118,6 +118,12 @@ async def run(workdir: Path, clients: int, seconds: float, seed: int) -> Row:
         elapsed = time.monotonic() - until + seconds
         after = await settle_footprint(daemon, baseline)
         alive = await daemon.status_ok()
+        # what the turns stored (documents, their index, the context) a fresh daemon loads too: a restart on the
+        # same data dir tells that growth from memory the flood left behind
+        await daemon.stop()
+        await daemon.start()
+        await asyncio.gather(*(_client(daemon.socket, -k, time.monotonic() + 2, rng, Tally()) for k in range(4)))
+        reloaded = await settle_footprint(daemon, baseline, 2)
     finally:
         await daemon.stop()
     growth = after.rss_mb - baseline.rss_mb
@@ -129,6 +135,7 @@ async def run(workdir: Path, clients: int, seconds: float, seed: int) -> Row:
         "turns interrupted": tally.interrupted,
         "errors": tally.errors,
         "RSS growth MB": round(growth, 1),
+        "RSS of a restart on the same data MB": round(reloaded.rss_mb, 0),
         "before": str(baseline),
         "after": str(after),
     }

@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from bench.campaign.daemon import DaemonProc, configure, settle_footprint
+from bench.campaign.daemon import DaemonProc, back_to_baseline, configure, settle_footprint
 from bench.campaign.report import Row
 from homeagent.cli.client import Client
 
@@ -102,7 +102,7 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
         row.fail(f"{failed_bursts} bursts did not complete (the host stopped reading the plugin, or it was restarted)")
     if echo_failures:
         row.fail(f"the plugin's tool failed {echo_failures} times after a burst or a restart")
-    if after.fds > baseline.fds or after.tasks > baseline.tasks or after.rss_mb - baseline.rss_mb > 50:
+    if not back_to_baseline(baseline, after):
         row.fail(f"footprint not back to baseline: {baseline} -> {after}")
     row.seconds = time.monotonic() - started
     return row

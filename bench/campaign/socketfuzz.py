@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.campaign.daemon import DaemonProc, configure, settle_footprint
+from bench.campaign.daemon import DaemonProc, back_to_baseline, configure, settle_footprint
 from bench.campaign.frames import Frame, Generator
 from bench.campaign.report import Row
 
@@ -102,6 +102,34 @@ async def _batch(sock: Path, frames: list[Frame], counts: Counts, timeout: float
         counts.kinds[f.kind] = counts.kinds.get(f.kind, 0) + 1
 
 
+async def culprits(sock: Path, frames: list[Frame]) -> list[str]:
+    """Replays a batch's malformed frames one at a time, each followed by a `status`: the ones with no error answer."""
+    reader, writer = await asyncio.open_unix_connection(str(sock), limit=16 * 1024 * 1024)
+    found = []
+    try:
+        await reader.readline()  # hello
+        for frame in frames:
+            if frame.owed != "error":
+                continue
+            writer.write(frame.data + json.dumps({"type": "rpc", "id": SENTINEL, "method": "status"}).encode() + b"\n")
+            await writer.drain()
+            answered = False
+            while True:
+                line = await asyncio.wait_for(reader.readline(), 30)
+                if not line:
+                    return [*found, f"{frame.kind}: connection closed after {frame.data[:80]!r}"]
+                reply = json.loads(line)
+                if reply.get("type") in ("error", "rpc_error") and reply.get("id") != SENTINEL:
+                    answered = True
+                if reply.get("id") == SENTINEL:
+                    break
+            if not answered:
+                found.append(f"{frame.kind}: {frame.data[:120]!r}")
+    finally:
+        writer.close()
+    return found
+
+
 async def run(workdir: Path, total: int, seed: int) -> Row:
     row = Row("socket fuzzing")
     data = workdir / "sf"
@@ -118,7 +146,10 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
         baseline = await settle_footprint(daemon, daemon.footprint(), 2)
         while counts.frames < total:
             frames = [gen.frame() for _ in range(min(BATCH, total - counts.frames))]
+            owed_before, errors_before = counts.owed_errors, counts.errors
             await _batch(daemon.socket, frames, counts, 60)
+            if counts.errors - errors_before < counts.owed_errors - owed_before and len(row.notes) < 10:
+                row.notes += [f"no error frame for {c}" for c in await culprits(daemon.socket, frames)]
             if not await daemon.status_ok():
                 counts.deaths += 1
                 row.fail(f"daemon stopped answering after {counts.frames} frames:\n{daemon.tail(15)}")
@@ -149,7 +180,7 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
         row.fail(f"{counts.dropped_after_huge} valid frames after a too-large frame were not answered")
     if counts.disconnects:
         row.fail(f"the daemon closed {counts.disconnects} connections")
-    if after.fds > baseline.fds or after.tasks > baseline.tasks or after.rss_mb - baseline.rss_mb > 50:
+    if not back_to_baseline(baseline, after):
         row.fail(f"footprint not back to baseline: {baseline} -> {after}")
     row.seconds = time.monotonic() - started
     return row
