@@ -154,6 +154,17 @@ class DaemonProc:
     def footprint(self) -> Footprint:
         return Footprint.of(self.pid)
 
+    def open_files(self) -> set[str]:
+        """What the daemon's fds point at (files, sockets, pipes): a diff names what a flood left open."""
+        fd_dir = Path(f"/proc/{self.pid}/fd")
+        found = set()
+        for fd in os.listdir(fd_dir):
+            try:
+                found.add(f"{fd}:{os.readlink(fd_dir / fd)}")
+            except OSError:
+                continue
+        return found
+
     def tail(self, n: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])

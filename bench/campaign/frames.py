@@ -35,7 +35,8 @@ def deep(depth: int, rng: random.Random) -> bytes:
 
 
 def binary(rng: random.Random, n: int) -> bytes:
-    return bytes(b for b in rng.randbytes(n) if b != 0x0A) + b"\n"
+    # 0xff first: never valid UTF-8, and never a blank line (which a server may rightly ignore)
+    return b"\xff" + bytes(b for b in rng.randbytes(n) if b != 0x0A) + b"\n"
 
 
 def _huge_number(ident: int, digits: int) -> bytes:

@@ -51,6 +51,7 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
         if not await _echo_ok(daemon, "warm"):
             row.fail(f"the plugin's echo tool does not answer:\n{daemon.tail(20)}")
         baseline = await settle_footprint(daemon, daemon.footprint(), 2)
+        files = daemon.open_files()
         burst = 0
         restart_every = max(1, -(-total // BURST) // 3)  # about two restarts in any run
         while sent < total:
@@ -84,7 +85,9 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
                 if not await _echo_ok(daemon, f"r{burst}"):
                     echo_failures += 1
                 baseline = await settle_footprint(daemon, daemon.footprint(), 2)
+                files = daemon.open_files()
         after = await settle_footprint(daemon, baseline)
+        opened = sorted(daemon.open_files() - files)
     finally:
         await daemon.stop()
     row.figures = {
@@ -103,6 +106,6 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
     if echo_failures:
         row.fail(f"the plugin's tool failed {echo_failures} times after a burst or a restart")
     if not back_to_baseline(baseline, after):
-        row.fail(f"footprint not back to baseline: {baseline} -> {after}")
+        row.fail(f"footprint not back to baseline: {baseline} -> {after}; fds opened since: {opened[:6]}")
     row.seconds = time.monotonic() - started
     return row

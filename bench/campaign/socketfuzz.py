@@ -144,6 +144,7 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
         for _ in range(2):  # warm-up, not counted: the first turns start thread pools and load code
             await _batch(daemon.socket, [gen.frame() for _ in range(BATCH)], Counts(), 60)
         baseline = await settle_footprint(daemon, daemon.footprint(), 2)
+        files = daemon.open_files()
         while counts.frames < total:
             frames = [gen.frame() for _ in range(min(BATCH, total - counts.frames))]
             owed_before, errors_before = counts.owed_errors, counts.errors
@@ -157,7 +158,9 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
                     daemon.kill9()
                 await daemon.start()
                 baseline = daemon.footprint()
+                files = daemon.open_files()
         after = await settle_footprint(daemon, baseline)
+        opened = sorted(daemon.open_files() - files)
     finally:
         await daemon.stop()
     unanswered = max(0, counts.owed_errors - counts.errors)
@@ -181,6 +184,6 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
     if counts.disconnects:
         row.fail(f"the daemon closed {counts.disconnects} connections")
     if not back_to_baseline(baseline, after):
-        row.fail(f"footprint not back to baseline: {baseline} -> {after}")
+        row.fail(f"footprint not back to baseline: {baseline} -> {after}; fds opened since: {opened[:6]}")
     row.seconds = time.monotonic() - started
     return row
