@@ -46,10 +46,10 @@ class ApprovalsAPI:
                "approvals"),
             Op("POST", "/api/v1/approvals/{id}", self.answer, "Allow (once or always) or deny a waiting call",
                "approvals", body=ANSWER_BODY),
-            Op("GET", "/api/v1/approvals/rules", self.rules, "The always rules", "approvals"),
+            Op("GET", "/api/v1/approvals/rules", self.rules, "The always rules", "approvals", returns="array"),
             Op("DELETE", "/api/v1/approvals/rules/{id}", self.remove_rule, "Remove an always rule", "approvals"),
             Op("GET", "/api/v1/approvals/log", self.log, "Recent decisions, newest first", "approvals",
-               query=("limit",)),
+               query=("limit",), returns="array"),
         ]
 
     async def list(self, request: Request) -> Response:

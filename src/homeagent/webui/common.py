@@ -118,6 +118,7 @@ class Op:
     form: dict[str, Any] | None = None  # JSON Schema of a multipart body
     query: tuple[str, ...] = ()
     stream: bool = False  # answers text/event-stream
+    returns: str = "object"  # the JSON type of a successful answer ("array" for lists)
 
 
 def principal_of(request: Request) -> Principal:

@@ -11,6 +11,19 @@ from homeagent.webui.common import Op
 _PARAM = re.compile(r"{([a-zA-Z_][a-zA-Z0-9_]*)(?::[a-z]+)?}")
 
 ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
+OPENAI_ERROR = {
+    "type": "object",
+    "properties": {
+        "error": {
+            "type": "object",
+            "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "param": {}, "code": {}},
+            "required": ["message", "type"],
+        }
+    },
+    "required": ["error"],
+}
+"""What the OpenAI-compatible routes (``/v1/...``) answer on an error: OpenAI's own error object, so its clients
+read it."""
 
 
 def openapi_path(path: str) -> str:
@@ -27,6 +40,7 @@ def build_openapi(ops: list[Op]) -> dict[str, Any]:
             for name in _PARAM.findall(op.path)
         ]
         params += [{"name": name, "in": "query", "required": False, "schema": {"type": "string"}} for name in op.query]
+        error = OPENAI_ERROR if op.path.startswith("/v1/") else ERROR
         operation: dict[str, Any] = {
             "summary": op.summary,
             "tags": [op.tag],
@@ -35,10 +49,10 @@ def build_openapi(ops: list[Op]) -> dict[str, Any]:
                 "200": (
                     {"description": "a stream of server-sent events", "content": {"text/event-stream": {}}}
                     if op.stream
-                    else {"description": "success", "content": {"application/json": {"schema": {"type": "object"}}}}
+                    else {"description": "success", "content": {"application/json": {"schema": {"type": op.returns}}}}
                 ),
-                "400": {"description": "bad input", "content": {"application/json": {"schema": ERROR}}},
-                "401": {"description": "not signed in", "content": {"application/json": {"schema": ERROR}}},
+                "400": {"description": "bad input", "content": {"application/json": {"schema": error}}},
+                "401": {"description": "not signed in", "content": {"application/json": {"schema": error}}},
             },
         }
         if op.path in ("/api/v1/login",):
