@@ -105,7 +105,7 @@ async def run(workdir: Path, total: int, seed: int) -> Row:
         row.fail(f"{failed_bursts} bursts did not complete (the host stopped reading the plugin, or it was restarted)")
     if echo_failures:
         row.fail(f"the plugin's tool failed {echo_failures} times after a burst or a restart")
-    if not back_to_baseline(baseline, after):
+    if not back_to_baseline(baseline, after, opened=opened):
         row.fail(f"footprint not back to baseline: {baseline} -> {after}; fds opened since: {opened[:6]}")
     row.seconds = time.monotonic() - started
     return row
