@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from bench.campaign.daemon import configure as campaign_configure
 from homeagent.cli.client import Client, DaemonUnavailable
 from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.context import RelevanceContext
@@ -110,21 +111,7 @@ def configure(data_dir: Path, **values: Any) -> None:
 
     The hashing embedder loads in no time: these tests are about durability, not about ranking.
     """
-    from homeagent.config import ConfigRegistry, core_defs
-    from homeagent.control import ConfigControl
-    from homeagent.paths import DataPaths
-
-    paths = DataPaths(data_dir)
-    paths.ensure()
-    registry = ConfigRegistry(paths.config_db)
-    try:
-        for definition in core_defs(paths.root):
-            registry.register_def(definition)
-        control = ConfigControl(registry)
-        for key, value in {"core.agent.embedding_model_path": "hashing", **values}.items():
-            control.set({"key": key.replace("__", "."), "value": value})
-    finally:
-        registry.close()
+    campaign_configure(data_dir, {key.replace("__", "."): value for key, value in values.items()})
 
 
 async def ask(data_dir: Path, text: str) -> str:

@@ -34,7 +34,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import aiohttp
 from aiohttp import web
@@ -288,27 +288,31 @@ class OneBotLink:
 
     # ---------------------------------------------------------------- reverse
 
+    async def _stay_failed(self, reason: str) -> NoReturn:
+        """Report ``reason`` as the link's error and wait to be cancelled (a setting must change first)."""
+        self.stats.last_error = reason
+        self._on_status("error", reason)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")  # the wait only ends by cancellation
+
+    async def _listen(self, runner: web.AppRunner, host: str, port: int) -> None:
+        """Serve ``runner`` on ``host:port``; a port that cannot be bound is reported and waits (see above)."""
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as e:
+            await self._stay_failed(f"cannot listen on {host}:{port}: {e}")
+
     async def run_reverse(self, host: str, port: int, token: str) -> None:
         """Listen on ``host:port`` (any path) for the implementation's reverse WebSocket until cancelled."""
         self.where = f"ws://{host}:{port}/"
         if not token and not _is_loopback(host):
-            reason = f"refusing to listen on {host} without an access token; set plugin.qq.access_token"
-            self.stats.last_error = reason
-            self._on_status("error", reason)
-            await asyncio.Event().wait()
+            await self._stay_failed(f"refusing to listen on {host} without an access token; set plugin.qq.access_token")
         app = web.Application()
         app.router.add_get("/{tail:.*}", lambda request: self._accept(request, token))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         try:
-            site = web.TCPSite(runner, host, port)
-            try:
-                await site.start()
-            except OSError as e:
-                reason = f"cannot listen on {host}:{port}: {e}"
-                self.stats.last_error = reason
-                self._on_status("error", reason)
-                await asyncio.Event().wait()
+            await self._listen(runner, host, port)
             self._on_status("listening", f"waiting for the OneBot implementation on {self.where}")
             await asyncio.Event().wait()
         finally:
@@ -327,24 +331,14 @@ class OneBotLink:
         base = api_url.rstrip("/")
         self.where = f"{base} (events to http://{host}:{port}/)"
         if not secret and not _is_loopback(host):
-            reason = f"refusing to take events on {host} without a secret; set plugin.qq.http_secret"
-            self.stats.last_error = reason
-            self._on_status("error", reason)
-            await asyncio.Event().wait()
+            await self._stay_failed(f"refusing to take events on {host} without a secret; set plugin.qq.http_secret")
         app = web.Application(client_max_size=MAX_FRAME)
         app.router.add_post("/{tail:.*}", lambda request: self._post_event(request, secret))
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         session = aiohttp.ClientSession()
         try:
-            site = web.TCPSite(runner, host, port)
-            try:
-                await site.start()
-            except OSError as e:
-                reason = f"cannot listen on {host}:{port}: {e}"
-                self.stats.last_error = reason
-                self._on_status("error", reason)
-                await asyncio.Event().wait()
+            await self._listen(runner, host, port)
             self._http = (session, base, token)
             self._up.set()
             self.stats.connects += 1
