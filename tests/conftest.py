@@ -104,6 +104,6 @@ async def offline_tool(daemon: Daemon, name: str, args: dict[str, Any]) -> Any:
     finally:
         await client.close()
     done = next(f for f in frames if f["type"] == "tool_call" and f.get("status") != "running")
-    assert done["status"] == "ok", done
+    assert done["status"] == "ok", json.dumps(done)[:2000]
     result = done["result"]
     return json.loads(result) if isinstance(result, str) else result

@@ -90,35 +90,15 @@ async def shot(page: Page, name: str) -> None:
 
 
 async def wire_missing_subsystems(daemon: Daemon, data: Path, closers: list[Any]) -> None:
-    """Give the daemon the real subsystems its pages show, where it does not wire them itself (yet)."""
-    from homeagent.knowledge.base import KnowledgeBase
+    """Fill the daemon's own subsystems with what the pages show; the daemon wires every one of them itself."""
     from homeagent.memory.context import ContextEvent
     from homeagent.plugins.package import pack_plugin
-    from homeagent.plugins.registry import PluginRegistry
-    from homeagent.plugins.services import PluginServices
 
     await daemon.graph.commit([{"subject": s, "relation": r, "object": o} for s, r, o in TRIPLES])
     daemon.context.append(ContextEvent(kind="user", input="Alice moved to Paris last spring.", channel="webui"))
     daemon.context.append(ContextEvent(kind="agent", response="Noted: Alice lives in Paris now.", channel="webui"))
     await daemon.docs.acommit("Alice works at Acme; Acme is in Paris.", summary="Alice's work")
-    if getattr(daemon, "knowledge", None) is None:
-        daemon.knowledge = KnowledgeBase(daemon.paths.knowledge)  # type: ignore[attr-defined]
     await daemon.knowledge.add("recipes", "# Tomato and egg\n\n1. Scramble the eggs.\n2. Add the **tomatoes**.\n")
-    if getattr(daemon, "plugins", None) is None:
-        services = PluginServices(
-            tools=daemon.tools,
-            stages=daemon.stages,
-            io=daemon.io,
-            config=daemon.config,
-            events=daemon.events,
-            channels=daemon.channels,
-            prompt=daemon.prompt,
-            llm=daemon.llm,
-            data_dir=daemon.paths.root,
-        )
-        registry = PluginRegistry(services, daemon.paths.plugins, builtins={}, entry_points=False)
-        daemon.plugins = registry  # type: ignore[attr-defined]
-        closers.append(registry.stop_all)
     package, _, _ = await asyncio.to_thread(
         pack_plugin, Path(__file__).parent / "fixtures" / "plugins" / "luademo", data / "luademo.hmap"
     )

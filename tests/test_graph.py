@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from homeagent.memory.graph import SCHEMA_VERSION, GraphBusy, GraphDB, GraphError, Triple
+from homeagent.memory.graph_api import GraphMemoryService
 
 
 @pytest.fixture
@@ -282,11 +283,13 @@ async def test_sqlite_never_runs_on_the_event_loop(tmp_path: Path, monkeypatch: 
 
 
 async def test_memory_api_shapes(graph: GraphDB) -> None:
-    api = graph.memory_api()
+    api = GraphMemoryService(graph)
     assert (await api.commit([{"subject": "Ann", "relation": "likes", "object": "jazz"}]))["added"] == 1
-    entities, relations = await api.recall(["Ann"], 1)
-    assert {"name": "Ann", "type": "", "mention_count": 1} in entities
-    assert relations == [{"source_name": "Ann", "target_name": "jazz", "relation_type": "likes"}]
+    recall = await api.recall(["Ann"], 1)
+    assert recall["seeds"] == ["Ann"] and {"name": "Ann", "type": "", "mention_count": 1} in recall["entities"]
+    [fact] = recall["relations"]
+    assert (fact["subject"], fact["relation"], fact["object"]) == ("Ann", "likes", "jazz")
+    assert (await graph.history("Ann"))[0].source == "plugin"
     assert (await api.introspect())["relations"] == 1
     await api.commit([{"subject": "Annie", "relation": "likes", "object": "blues"}])
     assert await api.merge_entities("Annie", "Ann") == 1

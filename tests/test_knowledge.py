@@ -15,6 +15,7 @@ import pytest
 
 from homeagent.agent.tools import ToolRegistry
 from homeagent.cli import knowledge_cmd
+from homeagent.knowledge.api import KnowledgeService
 from homeagent.knowledge.base import KnowledgeBase, KnowledgeError, chunk_text, validate_name
 from homeagent.knowledge.tools import knowledge_tools
 from homeagent.sdk.types import ToolCall
@@ -61,7 +62,7 @@ async def test_files_on_disk_and_listing(kb: KnowledgeBase) -> None:
     assert not any(p.name.endswith(".tmp") for p in (kb.root / "wifi").iterdir())
     assert await kb.delete("car") and not (kb.root / "car").exists()
     assert not await kb.delete("car")
-    assert await kb.api().list() == ["recipes", "wifi"]
+    assert await KnowledgeService(kb).list() == ["recipes", "wifi"]
 
 
 async def test_search_chinese_and_english(kb: KnowledgeBase) -> None:

@@ -12,43 +12,19 @@ import pytest
 from homeagent.cli.client import Client
 from homeagent.daemon import Daemon
 from homeagent.plugins.package import pack_plugin
-from homeagent.plugins.registry import PluginRegistry, register_rpc
-from homeagent.plugins.services import PluginServices
+from homeagent.plugins.registry import PluginRegistry
 from tests.conftest import run_cli
 from tests.fakes.plugins_host import FIXTURES, copy_fixture
 
 
 @pytest.fixture
 async def plugged(daemon: Daemon) -> AsyncIterator[Daemon]:
-    """The daemon with the example plugins; wires a registry the way daemon.py is meant to if it has none yet."""
+    """The daemon with the example plugins, loaded by the daemon's own registry (no registry is built here)."""
+    assert isinstance(daemon.plugins, PluginRegistry), "daemon.py no longer wires a plugin registry"
     for name in ("luademo", "pydemo", "unit-convert"):
         copy_fixture(name, daemon.paths.plugins)
-    registry: PluginRegistry | None = getattr(daemon, "plugins", None)
-    owned = registry is None
-    if registry is None:
-        services = PluginServices(
-            tools=daemon.tools,
-            stages=daemon.stages,
-            io=daemon.io,
-            config=daemon.config,
-            events=daemon.events,
-            channels=daemon.channels,
-            prompt=daemon.prompt,
-            llm=daemon.llm,
-            data_dir=daemon.paths.root,
-            textlog=daemon.textlog,
-        )
-        registry = PluginRegistry(services, daemon.paths.plugins)
-        register_rpc(daemon.socket, registry)
-        await registry.load_all()
-        daemon.plugins = registry  # type: ignore[attr-defined]
-    else:
-        await registry.reload_all()
-    try:
-        yield daemon
-    finally:
-        if owned:
-            await registry.stop_all()
+    await daemon.plugins.reload_all()
+    yield daemon
 
 
 async def chat(daemon: Daemon, text: str) -> list[dict[str, Any]]:

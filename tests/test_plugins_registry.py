@@ -15,6 +15,7 @@ from homeagent.cli.client import Client, RemoteError
 from homeagent.io.socket_server import SocketServer
 from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_api import GraphMemoryService
 from homeagent.plugins.package import PackageError, pack_plugin
 from homeagent.plugins.registry import BUILTIN_PLUGINS, PluginError, PluginRegistry, PluginSource, register_rpc
 from homeagent.plugins.services import HostSDK
@@ -275,11 +276,11 @@ async def test_python_package_entry_with_relative_imports(data_dir: Path) -> Non
 async def test_services_and_service_unavailable(data_dir: Path) -> None:
     graph = await GraphDB.open(data_dir / "graph.db")
     try:
-        async with plugin_host(data_dir / "a", graph=graph) as host:
+        async with plugin_host(data_dir / "a", memory=GraphMemoryService(graph)) as host:
             sdk = HostSDK(host.services, "probe")
             await sdk.memory.commit([{"subject": "Alice", "relation": "likes", "object": "tea"}])
             recall = await sdk.memory.recall(["Alice"], 1)
-            assert any(r.object == "tea" for r in recall.relations)
+            assert any(r["object"] == "tea" for r in recall["relations"])
             assert (await sdk.memory.introspect())["entities"] >= 2
             for attr, service in [
                 ("doc_memory", "document memory"),

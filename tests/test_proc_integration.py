@@ -13,12 +13,8 @@ import pytest
 
 from homeagent.cli.client import Client
 from homeagent.daemon import Daemon
-from homeagent.plugins.proc.plugin import make_loader
-from homeagent.plugins.proc.supervisor import Supervisor
-from homeagent.plugins.registry import PluginRegistry
-from homeagent.plugins.services import PluginServices
 from homeagent.sdk.types import Stage, StageContext
-from tests.fakes.proc_host import FAST, FIXTURES, pid_alive, proc_host
+from tests.fakes.proc_host import FIXTURES, pid_alive, proc_host
 
 
 async def test_same_plugin_code_in_process_and_as_subprocess(tmp_path: Path) -> None:
@@ -41,33 +37,22 @@ async def test_same_plugin_code_in_process_and_as_subprocess(tmp_path: Path) -> 
 
 
 async def test_daemon_chat_runs_a_subprocess_tool(daemon: Daemon) -> None:
-    """End to end: socket chat → agent → tool loop → subprocess plugin → reply."""
-    services = PluginServices(
-        tools=daemon.tools, stages=daemon.stages, io=daemon.io, config=daemon.config, events=daemon.events,
-        channels=daemon.channels, prompt=daemon.prompt, llm=daemon.llm, data_dir=daemon.paths.root,
-    )
-    plugins_dir = daemon.paths.root / "plugins"
-    plugins_dir.mkdir(exist_ok=True)
-    (plugins_dir / "raw").mkdir()
+    """End to end: socket chat → agent → tool loop → subprocess plugin (loaded by the daemon's own registry) → reply."""
+    plugins_dir = daemon.paths.plugins
+    (plugins_dir / "raw").mkdir(parents=True)
     for item in (FIXTURES / "raw").iterdir():
         (plugins_dir / "raw" / item.name).write_bytes(item.read_bytes())
     (plugins_dir / "raw" / "rawplugin").chmod(0o755)
-    registry = PluginRegistry(services, plugins_dir, builtins={}, entry_points=False)
-    supervisor = Supervisor()
-    registry.register_kind("process", make_loader(supervisor, options=FAST, plugins=registry))
+    await daemon.plugins.reload_all()
+    assert daemon.plugins.info("raw")["state"] == "running", daemon.plugins.info("raw")
+    client = await Client.connect(daemon.paths.socket)
     try:
-        await registry.load_all()
-        client = await Client.connect(daemon.paths.socket)
-        try:
-            frames: list[dict[str, Any]] = [f async for f in client.chat('/tool raw_echo {"q": "from chat"}')]
-        finally:
-            await client.close()
-        tool = next(f for f in frames if f["type"] == "tool_call")
-        assert tool["tool"] == "raw_echo" and tool["status"] == "ok" and "from chat" in tool["result"]
-        assert frames[-1]["type"] == "response" and frames[-1]["ok"]
+        frames: list[dict[str, Any]] = [f async for f in client.chat('/tool raw_echo {"q": "from chat"}')]
     finally:
-        await registry.stop_all()
-        await supervisor.close()
+        await client.close()
+    tool = next(f for f in frames if f["type"] == "tool_call")
+    assert tool["tool"] == "raw_echo" and tool["status"] == "ok" and "from chat" in tool["result"]
+    assert frames[-1]["type"] == "response" and frames[-1]["ok"]
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from homeagent.agent.stages import WRITABLE, StageHost, StagePermissionError, writable_fields
+from homeagent.agent.stages import StageHost, StagePermissionError, writable_fields
 from homeagent.sdk.types import STAGES, MemItem, Stage, StageContext, ToolCall, ToolResult
 
 
@@ -231,6 +233,44 @@ _SAMPLE: dict[str, Any] = {
 }
 
 
+EVERY = "on_input pre_action post_action before_toolcall after_toolcall before_output after_output"
+
+# The permission matrix as plugin authors read it (docs/protocol.md, "writable in"): the oracle of the
+# tests below, written out so that a change to the code's WRITABLE fails them instead of moving with it.
+MATRIX: dict[str, set[str]] = {
+    "raw_message": {"on_input"},
+    "context_msgs": {"pre_action"},
+    "llm_text": {"post_action"},
+    "tool_calls": {"post_action", "before_toolcall"},
+    "tool_call": {"before_toolcall"},
+    "tool_results": {"after_toolcall"},
+    "tool_result": {"after_toolcall"},
+    "final_text": {"before_output"},
+    "response": set(EVERY.split()) - {"after_output"},
+    "memory": {"on_input", "pre_action"},
+    "no_memory": {"on_input", "pre_action"},
+    "extra": set(EVERY.split()),
+    "errors": set(EVERY.split()),
+}
+
+
+def test_the_pinned_matrix_is_the_one_in_the_protocol_document() -> None:
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "protocol.md").read_text(encoding="utf-8")
+    table = doc[doc.index("| field | JSON | writable in |"):]
+    table = table[: table.index("\n\n")]
+    documented: dict[str, set[str]] = {}
+    for row in table.splitlines()[2:]:
+        fields_cell, _, where = (c.strip() for c in row.strip("|").split("|")[:3])
+        where = where.split(" — ")[0]
+        stages = set(EVERY.split()) if where.startswith("every stage") else set(re.findall(r"[a-z_]+", where))
+        if where.startswith("every stage but "):
+            stages -= set(re.findall(r"[a-z_]+", where[len("every stage but "):]))
+        for name in re.findall(r"`([a-z_]+)`", fields_cell):
+            documented[name] = stages if where != "—" else set()
+    assert {f: st for f, st in documented.items() if st} == MATRIX
+    assert all(not st for f, st in documented.items() if f not in MATRIX)  # user_id, phase, …: read-only
+
+
 @pytest.mark.parametrize("stage", STAGES, ids=lambda s: s.value)
 async def test_matrix_assignment_allowed_exactly_where_the_sdk_says(stage: Stage) -> None:
     """Every matrix field assigned in every stage: the write lands iff allowed, else that handler alone fails."""
@@ -249,18 +289,19 @@ async def test_matrix_assignment_allowed_exactly_where_the_sdk_says(stage: Stage
 
         return handler
 
+    assert set(_SAMPLE) == set(MATRIX)
     for field in _SAMPLE:
         host.register(stage, make(field), plugin=field)
     ctx = StageContext(tool_call=ToolCall("1", "t"), tool_result=ToolResult("1", "t"))
     await host.run(stage, ctx)
     for field in _SAMPLE:
-        allowed = stage in WRITABLE[field]
+        allowed = stage.value in MATRIX[field]
         assert outcome[field] == ("written" if allowed else "denied"), (field, stage)
         if allowed and field != "errors":
             assert getattr(ctx, field) == _SAMPLE[field]
-    denied = [f for f in _SAMPLE if stage not in WRITABLE[f]]
+    denied = [f for f in _SAMPLE if stage.value not in MATRIX[f]]
     assert len([e for e in ctx.errors if "StagePermissionError" in e]) == len(denied)
-    assert set(writable_fields(stage)) == {f for f in _SAMPLE if stage in WRITABLE[f]}
+    assert set(writable_fields(stage)) == {f for f in MATRIX if stage.value in MATRIX[f]}
 
 
 async def test_in_place_mutation_of_read_only_fields_fails_only_that_handler() -> None:

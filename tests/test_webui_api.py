@@ -537,7 +537,7 @@ async def test_memory_routes_over_real_context_and_documents(
     docs = DocumentStore(tmp_path / "docs.db", embedder)
     context = RelevanceContext(tmp_path / "context.json", embedder, docs, CleanerChain(), save_delay=0.01)
     for name in ("docs", "context", "graph"):
-        monkeypatch.setattr(web.daemon, name, None, raising=False)
+        monkeypatch.setattr(web.daemon, name, None)
     monkeypatch.setattr(web.daemon, "docs", docs)
     monkeypatch.setattr(web.daemon, "context", context)
     graph = await GraphDB.open(tmp_path / "graph.db")
@@ -601,59 +601,38 @@ async def test_events_after_a_daemon_restart_are_not_skipped(web: Web) -> None:
 async def test_plugin_manager_over_a_real_registry(web: Web, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from homeagent.plugins.package import pack_plugin
     from homeagent.plugins.registry import PluginRegistry
-    from homeagent.plugins.services import PluginServices
 
     d = web.daemon
-    own = getattr(d, "plugins", None) is None
-    if own:  # until the daemon wires its own registry
-        services = PluginServices(
-            tools=d.tools,
-            stages=d.stages,
-            io=d.io,
-            config=d.config,
-            events=d.events,
-            channels=d.channels,
-            prompt=d.prompt,
-            llm=d.llm,
-            data_dir=d.paths.root,
-        )
-        registry = PluginRegistry(services, d.paths.plugins, builtins={}, entry_points=False)
-        monkeypatch.setattr(d, "plugins", registry, raising=False)
-    registry = d.plugins
+    assert isinstance(d.plugins, PluginRegistry), "the daemon wires its plugin registry itself"
     package, _, _ = pack_plugin(Path(__file__).parent / "fixtures" / "plugins" / "luademo", tmp_path / "luademo.hmap")
-    try:
-        async with web.client() as c:
-            installed = await c.post("/api/v1/plugins", files={"file": ("luademo.hmap", package.read_bytes())})
-            assert installed.status_code == 201, installed.text
-            assert installed.json()["installed"]["state"] == "running"
-            listed = (await c.get("/api/v1/plugins")).json()["plugins"]
-            assert "luademo" in {p["name"] for p in listed}
-            info = (await c.get("/api/v1/plugins/luademo")).json()
-            assert info["kind"] == "lua" and info["disabled"] is False
-            assert (await c.post("/api/v1/plugins/luademo/disable")).json()["result"]["state"] == "disabled"
-            assert (await c.get("/api/v1/plugins/luademo")).json()["disabled"] is True
-            assert (await c.post("/api/v1/plugins/luademo/enable")).json()["result"]["state"] == "running"
-            assert (await c.post("/api/v1/plugins/luademo/reload")).json()["result"]["state"] == "running"
-            again = await c.post("/api/v1/plugins", files={"file": ("luademo.hmap", package.read_bytes())})
-            assert again.status_code == 400 and "already installed" in again.json()["error"]
-            junk = await c.post("/api/v1/plugins", files={"file": ("x.hmap", b"not a zip")})
-            assert junk.status_code == 400
-            missing = await c.get("/api/v1/plugins/nosuch")
-            assert missing.status_code == 404 and "no plugin named" in missing.json()["error"]
-            assert (await c.get("/api/v1/plugins/..%2F..%2Fetc")).status_code in (400, 404)
-            assert (await c.delete("/api/v1/plugins/luademo")).status_code == 200
-            assert not (d.paths.plugins / "luademo").exists()
-        assert not [p for p in (d.paths.root / "uploads" / ".plugins").iterdir()]  # staging cleaned up
-    finally:
-        if own:
-            await registry.stop_all()
+    async with web.client() as c:
+        installed = await c.post("/api/v1/plugins", files={"file": ("luademo.hmap", package.read_bytes())})
+        assert installed.status_code == 201, installed.text
+        assert installed.json()["installed"]["state"] == "running"
+        listed = (await c.get("/api/v1/plugins")).json()["plugins"]
+        assert "luademo" in {p["name"] for p in listed}
+        info = (await c.get("/api/v1/plugins/luademo")).json()
+        assert info["kind"] == "lua" and info["disabled"] is False
+        assert (await c.post("/api/v1/plugins/luademo/disable")).json()["result"]["state"] == "disabled"
+        assert (await c.get("/api/v1/plugins/luademo")).json()["disabled"] is True
+        assert (await c.post("/api/v1/plugins/luademo/enable")).json()["result"]["state"] == "running"
+        assert (await c.post("/api/v1/plugins/luademo/reload")).json()["result"]["state"] == "running"
+        again = await c.post("/api/v1/plugins", files={"file": ("luademo.hmap", package.read_bytes())})
+        assert again.status_code == 400 and "already installed" in again.json()["error"]
+        junk = await c.post("/api/v1/plugins", files={"file": ("x.hmap", b"not a zip")})
+        assert junk.status_code == 400
+        missing = await c.get("/api/v1/plugins/nosuch")
+        assert missing.status_code == 404 and "no plugin named" in missing.json()["error"]
+        assert (await c.get("/api/v1/plugins/..%2F..%2Fetc")).status_code in (400, 404)
+        assert (await c.delete("/api/v1/plugins/luademo")).status_code == 200
+        assert not (d.paths.plugins / "luademo").exists()
+    assert not [p for p in (d.paths.root / "uploads" / ".plugins").iterdir()]  # staging cleaned up
 
 
 async def test_knowledge_editor_over_a_real_knowledge_base(web: Web, monkeypatch: pytest.MonkeyPatch) -> None:
     from homeagent.knowledge.base import KnowledgeBase
 
-    if getattr(web.daemon, "knowledge", None) is None:  # until the daemon wires its own
-        monkeypatch.setattr(web.daemon, "knowledge", KnowledgeBase(web.daemon.paths.knowledge), raising=False)
+    assert isinstance(web.daemon.knowledge, KnowledgeBase), "the daemon wires its knowledge base itself"
     async with web.client() as c:
         saved = await c.post("/api/v1/knowledge", json={"name": "菜谱", "content": "# 番茄炒蛋\n先炒蛋，再炒番茄。"})
         assert saved.status_code == 200, saved.text

@@ -42,6 +42,7 @@ from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import IOManager
 from homeagent.io.socket_server import RPCError, SocketLimits, SocketServer
+from homeagent.knowledge.api import KnowledgeService
 from homeagent.knowledge.base import KnowledgeBase
 from homeagent.knowledge.tools import knowledge_tools
 from homeagent.llm_control import LLMControl
@@ -52,6 +53,7 @@ from homeagent.memory.doc_api import DocMemoryService
 from homeagent.memory.documents import DocumentStore, render_injection
 from homeagent.memory.embedder import build_embedder
 from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_api import GraphMemoryService
 from homeagent.memory.graph_tools import graph_tools
 from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.lexical import Analyzer
@@ -61,7 +63,7 @@ from homeagent.memory.media.api import OFF as MEDIA_OFF
 from homeagent.memory.media.owners import MediaOwners
 from homeagent.memory.social import Social
 from homeagent.memory.storecheck import check_store, is_corruption, set_aside
-from homeagent.memory.textlog import TextLog
+from homeagent.memory.textlog import TextLog, TextMemoryService
 from homeagent.memory.tools import doc_tools
 from homeagent.paths import DataPaths
 from homeagent.plugins.proc.limits import ResourceLimits
@@ -212,24 +214,7 @@ class Daemon:
             )
         )
         self.plugins = PluginRegistry(
-            PluginServices(
-                tools=self.tools,
-                stages=self.stages,
-                io=self.io,
-                config=cfg,
-                events=self.events,
-                channels=self.channels,
-                prompt=self.prompt,
-                llm=self.llm,
-                data_dir=self.paths.root,
-                textlog=self.textlog,
-                cleaners=self.cleaners,
-                docs=DocMemoryService(self.docs),
-                context=self.context,
-                graph=self.graph,
-                knowledge=self.knowledge,
-                social=self.social,
-            ),
+            self.plugin_services(),
             self.paths.resolve(cfg.get_str("core.plugin.dir", ""), self.paths.plugins),
             shipped=BUNDLED_DIR,
         )
@@ -260,6 +245,31 @@ class Daemon:
             await self._start_web()
         self.startup.finish()  # the web UI is up, or failed and says so in the notes
         log.info("HomeAgent %s ready; data dir %s; socket %s", __version__, self.paths.root, self.paths.socket)
+
+    def plugin_services(self) -> PluginServices:
+        """The daemon's subsystems as plugins reach them: each memory layer behind the SDK Protocol it implements.
+
+        The one place plugin wiring is built; tests that run built-ins on bare
+        daemon subsystems call it too, so a wiring mistake here fails them.
+        """
+        return PluginServices(
+            tools=self.tools,
+            stages=self.stages,
+            io=self.io,
+            config=self.config,
+            events=self.events,
+            channels=self.channels,
+            prompt=self.prompt,
+            llm=self.llm,
+            data_dir=self.paths.root,
+            cleaners=self.cleaners,
+            docs=DocMemoryService(self.docs),
+            memory=GraphMemoryService(self.graph),
+            knowledge=KnowledgeService(self.knowledge),
+            text_memory=TextMemoryService(self.textlog),
+            context=self.context,
+            social=self.social,
+        )
 
     async def _start_approvals(self) -> None:
         """The approval policy, its store and the broker tool calls wait in; answered over the socket and web."""

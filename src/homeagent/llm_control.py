@@ -26,6 +26,7 @@ from homeagent.providers.http import SharedSession
 from homeagent.providers.manager import ProviderManager
 from homeagent.providers.offline import OfflineProvider
 from homeagent.providers.sources import build_sources
+from homeagent.sdk.api import LLMAPI
 
 log = logging.getLogger("homeagent.llm")
 
@@ -115,3 +116,24 @@ class LLMControl:
     async def close(self) -> None:
         await self.http.aclose()
         await self.llm_http.aclose()
+
+
+class LLMSources(LLMAPI):
+    """The SDK's ``LLMAPI`` over :class:`LLMControl`: a plugin picks the source as ``llm.use`` does.
+
+    ``set_source`` goes through :meth:`LLMControl.use`, so the choice is
+    saved in ``core.llm.provider`` like the CLI's and the web UI's.
+    """
+
+    def __init__(self, control: LLMControl) -> None:
+        self._control = control
+
+    def list_sources(self) -> list[str]:
+        return [info.name for info in self._control.manager.list_sources()]
+
+    def set_source(self, name: str) -> None:
+        self._control.use({"name": name})
+
+    def current_source(self) -> str:
+        return self._control.manager.current_source()
+

@@ -1,8 +1,9 @@
 """Helpers for the built-in plugin tests: run them on a real daemon (fake LLM) or on bare services.
 
-``attached(daemon, "timer", "cmd")`` starts the named built-ins through the
-public SDK on the daemon's own subsystems — unless the daemon already runs
-them (once daemon.py registers the catalog), in which case it leaves them be.
+``attached(daemon, "timer", "cmd")`` checks that the daemon itself runs the
+named built-ins (through its own registry and ``Daemon.plugin_services``) and
+hands back their instances; it never starts one on the side, so a daemon
+that stopped wiring its plugins fails every test that uses it.
 ``run_tool`` executes a tool through the real ToolRegistry (schema checks and
 all), as the agent loop does.
 """
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from homeagent.builtin.catalog import HealthSources, builtin_factories
+from homeagent.builtin.catalog import builtin_factories
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
 from homeagent.plugins.services import HostSDK, PluginServices
@@ -35,38 +36,23 @@ async def _maybe(value: Any) -> Any:
 
 
 def daemon_services(d: Daemon) -> PluginServices:
-    """The PluginServices a plugin host would build from this daemon."""
-    return PluginServices(
-        tools=d.tools, stages=d.stages, io=d.io, config=d.config, events=d.events, channels=d.channels,
-        prompt=d.prompt, llm=d.llm, data_dir=d.paths.root,
-    )
+    """The PluginServices the daemon handed its plugin registry (its own wiring, not a copy)."""
+    services = d.plugins.services
+    assert isinstance(services, PluginServices)
+    return services
 
 
 @asynccontextmanager
-async def attached(
-    d: Daemon, *names: str, health: HealthSources | None = None, registry: Any = None
-) -> AsyncIterator[dict[str, Any]]:
-    """Start built-ins ``names`` on daemon ``d``; yields name → plugin (None when the daemon runs it itself)."""
-    services = daemon_services(d)
-    health = health or HealthSources(started_at=d.started_at, agent_status=d.agent.status)
-    factories = builtin_factories(health=health)
-    started: list[tuple[Any, HostSDK]] = []
+async def attached(d: Daemon, *names: str) -> AsyncIterator[dict[str, Any]]:
+    """The running built-ins ``names`` of daemon ``d``, name → plugin; fails when the daemon does not run one."""
     out: dict[str, Any] = {}
-    try:
-        for name in names:
-            if any(t.plugin == name for t in d.tools.tools()):
-                out[name] = None
-                continue
-            plugin = factories[name](name, {"services": services, "registry": registry or getattr(d, "plugins", None)})
-            sdk = HostSDK(services, name)
-            await _maybe(plugin.start(sdk))
-            started.append((plugin, sdk))
-            out[name] = plugin
-        yield out
-    finally:
-        for plugin, sdk in reversed(started):
-            sdk.close()
-            await _maybe(plugin.stop())
+    for name in names:
+        record = d.plugins.get(name)
+        assert record is not None and record.builtin, f"the daemon does not know the built-in {name!r}"
+        assert record.state == "running" and record.plugin is not None, f"built-in {name!r} is {record.state}"
+        assert name in {t.plugin for t in d.tools.tools()}, f"built-in {name!r} registered no tool"
+        out[name] = record.plugin
+    yield out
 
 
 @asynccontextmanager

@@ -21,7 +21,6 @@ file and ``os.replace``, so a crash never leaves half a note.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import hashlib
 import logging
@@ -377,22 +376,3 @@ class KnowledgeBase:
 
     async def search(self, query: str, top_k: int = 5) -> list[KnowledgeHit]:
         return await asyncio.to_thread(self._search_sync, query, max(1, min(int(top_k), 50)))
-
-    def api(self) -> KnowledgeAPI:
-        return KnowledgeAPI(self)
-
-
-class KnowledgeAPI:
-    """The plugin SDK's ``KnowledgeAPI``: search, add, list."""
-
-    def __init__(self, kb: KnowledgeBase) -> None:
-        self._kb = kb
-
-    async def search(self, query: str, top_k: int = 5) -> builtins.list[dict[str, Any]]:
-        return [{"name": h.name, "content": h.content, "score": h.score} for h in await self._kb.search(query, top_k)]
-
-    async def add(self, name: str, content: str) -> None:
-        await self._kb.add(name, content)
-
-    async def list(self) -> builtins.list[str]:
-        return await self._kb.names()

@@ -1577,39 +1577,6 @@ class GraphDB:
             bump=False,
         )
 
-    # ------------------------------------------------------------- plugin view
-    def memory_api(self) -> GraphMemoryAPI:
-        return GraphMemoryAPI(self)
-
-
-class GraphMemoryAPI:
-    """The plugin SDK's ``MemoryAPI``: JSON-shaped results, nothing of the store's internals."""
-
-    def __init__(self, graph: GraphDB) -> None:
-        self._graph = graph
-
-    async def recall(self, query: list[str], depth: int = 2) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        result = await self._graph.recall(query, depth)
-        return (
-            [e.to_dict() for e in result.entities],
-            [
-                {"source_name": r.subject, "target_name": r.object, "relation_type": r.relation}
-                for r in result.relations
-            ],
-        )
-
-    async def commit(self, triples: list[dict[str, Any]]) -> dict[str, Any]:
-        return (await self._graph.commit(triples, source="plugin")).to_dict()
-
-    async def introspect(self) -> dict[str, Any]:
-        return await self._graph.introspect()
-
-    async def merge_entities(self, source: str, target: str) -> int:
-        return await self._graph.merge_entities(source, target)
-
-    async def purge(self, criteria: dict[str, str], mode: str = "soft") -> int:
-        return await self._graph.purge(criteria, mode)
-
 
 # --------------------------------------------------------------------------- helpers
 _KW_SPLIT = re.compile(r"[,，、;；\n]+")

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from homeagent.sdk.api import TextMemoryAPI
 from homeagent.text import scrub_text
 
 log = logging.getLogger("homeagent.textlog")
@@ -132,3 +133,17 @@ class TextLog:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
         await self.flush()
+
+
+class TextMemoryService(TextMemoryAPI):
+    """The SDK's ``TextMemoryAPI``: a plugin's line goes into the same log as the agent's turns.
+
+    ``append`` only queues (the writer task does the disk work), so it is
+    safe on the event loop.
+    """
+
+    def __init__(self, log: TextLog) -> None:
+        self._log = log
+
+    async def append(self, role: str, content: str, *, channel: str = "", **extra: Any) -> None:
+        self._log.append(role, content, channel=channel, **extra)

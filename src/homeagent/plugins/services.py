@@ -8,24 +8,25 @@ them. :class:`HostSDK` is the in-process implementation of the public
 records it, so that :meth:`HostSDK.close` removes everything the plugin
 registered even when the plugin itself is broken.
 
-The memory-layer adapters forward to whatever the subsystem offers, looking up
-the method by a few likely names, so the SDK surface stays fixed while those
-subsystems evolve; a missing method is a ServiceUnavailable naming it.
+Each memory layer arrives here already wrapped in the SDK Protocol it
+implements (``memory.graph_api``, ``memory.doc_api``, ``knowledge.api``,
+``memory.textlog``), built in ``daemon.py``: the SDK hands that object out as
+is, so mypy checks every call from a plugin to the store it ends in.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from homeagent import __version__
 from homeagent.agent.origin import current_origin
 from homeagent.config.settings import PluginSettings
+from homeagent.llm_control import LLMSources
 from homeagent.sdk.api import (
     LLMAPI,
     ChannelHandler,
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
     from homeagent.events import EventBus
     from homeagent.io.channels import OutputChannels
     from homeagent.io.manager import IOManager
+    from homeagent.llm_control import LLMControl
+    from homeagent.memory.cleaners import CleanerChain
+    from homeagent.memory.context import RelevanceContext
 
 __all__ = ["HostSDK", "PluginServices", "Registration"]
 
@@ -59,7 +63,7 @@ log = logging.getLogger("homeagent.plugins")
 
 @dataclass
 class PluginServices:
-    """Everything the plugin host needs from the daemon; built once in daemon.py."""
+    """Everything the plugin host needs from the daemon; built once in daemon.py (``Daemon.plugin_services``)."""
 
     tools: ToolRegistry
     stages: StageHost
@@ -68,17 +72,16 @@ class PluginServices:
     events: EventBus
     channels: OutputChannels
     prompt: PromptBuilder
-    llm: Any  # LLMControl (or any object with list_sources/set_source/current_source); None when absent
+    llm: LLMControl | None  # host-side (healthcheck: sources, self-test); plugins get LLMSources over it
     data_dir: Path
-    cleaners: Any | None = None  # memory.clean.CleanerChain: register(name, fn, plugin=...) -> undo
+    cleaners: CleanerChain | None = None
     docs: DocMemoryAPI | None = None  # L2 document store, as plugins see it (memory.doc_api)
-    context: Any | None = None  # L1 context
-    graph: Any | None = None  # L3 knowledge graph
-    knowledge: Any | None = None  # knowledge base
+    memory: MemoryAPI | None = None  # L3 knowledge graph, as plugins see it (memory.graph_api)
+    knowledge: KnowledgeAPI | None = None  # knowledge base, as plugins see it (knowledge.api)
+    text_memory: TextMemoryAPI | None = None  # the text log, as plugins see it (memory.textlog)
+    context: RelevanceContext | None = None  # L1 context (healthcheck reads its stats)
     social: SocialAPI | None = None  # persons, traits, relations (memory.social.Social)
-    textlog: Any | None = None  # memory.textlog.TextLog
     version: str = __version__
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def plugin_data_dir(self, plugin: str) -> Path:
         """Where plugin ``plugin`` keeps its own files (not its code)."""
@@ -92,85 +95,6 @@ class Registration:
     kind: str  # tool | stage | channel | cleaner | subscription | prompt
     name: str
     undo: Callable[[], None]
-
-
-# ---------------------------------------------------------------- service adapters
-
-
-class _Forward:
-    """Calls a subsystem's method by the first of several names it has; awaits if needed."""
-
-    def __init__(self, label: str, target: Any) -> None:
-        self._label = label
-        self._target = target
-
-    async def _call(self, names: tuple[str, ...], *args: Any, **kwargs: Any) -> Any:
-        for name in names:
-            fn = getattr(self._target, name, None)
-            if callable(fn):
-                result = fn(*args, **kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
-                return result
-        raise ServiceUnavailable(f"{self._label}.{names[0]}", f"the {self._label} of this build has no {names[0]}()")
-
-
-class _GraphMemory(_Forward, MemoryAPI):
-    async def recall(self, keywords: list[str], depth: int = 2) -> Any:
-        return await self._call(("recall",), list(keywords), depth)
-
-    async def commit(self, triples: list[Any]) -> Any:
-        return await self._call(("commit", "commit_triples"), list(triples))
-
-    async def introspect(self) -> dict[str, Any]:
-        result = await self._call(("introspect", "stats"))
-        return dict(result) if isinstance(result, Mapping) else {"result": result}
-
-    async def merge_entities(self, source: str, target: str) -> Any:
-        return await self._call(("merge_entities", "merge"), source, target)
-
-    async def purge(self, criteria: Mapping[str, str], mode: str = "soft") -> Any:
-        return await self._call(("purge",), dict(criteria), mode)
-
-
-class _Knowledge(_Forward, KnowledgeAPI):
-    async def search(self, query: str, top_k: int = 5) -> list[Any]:
-        return list(await self._call(("search", "query"), query, top_k) or [])
-
-    async def add(self, name: str, content: str) -> Any:
-        return await self._call(("add", "create", "put"), name, content)
-
-    async def list(self) -> list[str]:
-        return [str(n) for n in (await self._call(("list", "names")) or [])]
-
-
-class _TextMemory(_Forward, TextMemoryAPI):
-    async def append(self, role: str, content: str, *, channel: str = "", **extra: Any) -> None:
-        await self._call(("append",), role, content, channel=channel, **extra)
-
-
-class _LLM(LLMAPI):
-    """The SDK's LLM API over LLMControl (sources/use/manager) or any object that already speaks it."""
-
-    def __init__(self, target: Any) -> None:
-        self._t = target
-
-    def list_sources(self) -> list[str]:
-        if hasattr(self._t, "sources") and hasattr(self._t, "use"):
-            return [str(s.get("name")) for s in self._t.sources().get("sources", [])]
-        return [str(s) for s in self._t.list_sources()]
-
-    def set_source(self, name: str) -> None:
-        if hasattr(self._t, "use"):
-            self._t.use({"name": name})
-        else:
-            self._t.set_source(name)
-
-    def current_source(self) -> str:
-        manager = getattr(self._t, "manager", None)
-        if manager is not None:
-            return str(manager.current_source())
-        return str(self._t.current_source())
 
 
 # ---------------------------------------------------------------- the SDK
@@ -251,9 +175,8 @@ class HostSDK(PluginSDK):
             self._s.channels.unregister_plugin(self._name)
             self._s.tools.unregister_plugin(self._name)
             self._s.stages.unregister_plugin(self._name)
-            unregister = getattr(self._s.cleaners, "unregister_plugin", None)
-            if unregister is not None:
-                unregister(self._name)
+            if self._s.cleaners is not None:
+                self._s.cleaners.unregister_plugin(self._name)
         except Exception:
             log.exception("cleaning up after plugin %s failed", self._name)
 
@@ -360,15 +283,15 @@ class HostSDK(PluginSDK):
 
     @property
     def memory(self) -> MemoryAPI:
-        if self._s.graph is None:
+        if self._s.memory is None:
             raise ServiceUnavailable("memory graph (L3)")
-        return _GraphMemory("memory graph", self._s.graph)
+        return self._s.memory
 
     @property
     def text_memory(self) -> TextMemoryAPI:
-        if self._s.textlog is None:
+        if self._s.text_memory is None:
             raise ServiceUnavailable("text memory (text log)")
-        return _TextMemory("text log", self._s.textlog)
+        return self._s.text_memory
 
     @property
     def doc_memory(self) -> DocMemoryAPI:
@@ -389,10 +312,10 @@ class HostSDK(PluginSDK):
     def knowledge(self) -> KnowledgeAPI:
         if self._s.knowledge is None:
             raise ServiceUnavailable("knowledge base")
-        return _Knowledge("knowledge base", self._s.knowledge)
+        return self._s.knowledge
 
     @property
     def llm(self) -> LLMAPI:
         if self._s.llm is None:
             raise ServiceUnavailable("LLM source management")
-        return _LLM(self._s.llm)
+        return LLMSources(self._s.llm)
