@@ -248,19 +248,17 @@ class HealthcheckPlugin:
         return status
 
     def _llm(self) -> dict[str, Any]:
-        llm = getattr(self._services, "llm", None)
+        llm = self._services.llm if self._services is not None else None
         if llm is None:
             return {"state": "unavailable"}
         try:
-            if hasattr(llm, "sources"):
-                data = llm.sources()
-                sources = [
-                    {k: s.get(k) for k in ("name", "state", "last_error", "cooldown_remaining", "in_flight",
-                                            "max_concurrent", "fallback", "model") if s.get(k) not in (None, "")}
-                    for s in data.get("sources", [])
-                ]
-                return {"current": data.get("current", ""), "sources": sources, "notes": data.get("notes", [])}
-            return {"current": llm.current_source(), "sources": [{"name": n} for n in llm.list_sources()]}
+            data = llm.sources()
+            sources = [
+                {k: s.get(k) for k in ("name", "state", "last_error", "cooldown_remaining", "in_flight",
+                                        "max_concurrent", "fallback", "model") if s.get(k) not in (None, "")}
+                for s in data.get("sources", [])
+            ]
+            return {"current": data.get("current", ""), "sources": sources, "notes": data.get("notes", [])}
         except Exception as e:
             return {"state": "error", "error": f"{type(e).__name__}: {e}"}
 
@@ -274,14 +272,14 @@ class HealthcheckPlugin:
                     item["load_ms"] = p.get("load_ms")
                 out.append(item)
             return out
-        tools = getattr(self._services, "tools", None)
+        tools = self._services.tools if self._services is not None else None
         owners: dict[str, int] = {}
         for t in tools.tools() if tools is not None else []:
             owners[t.plugin or "core"] = owners.get(t.plugin or "core", 0) + 1
         return [{"name": n, "state": "running", "tools": c} for n, c in sorted(owners.items())]
 
     def _tool_stats(self) -> list[dict[str, Any]]:
-        tools = getattr(self._services, "tools", None)
+        tools = self._services.tools if self._services is not None else None
         if tools is None:
             return []
         out = []
@@ -294,7 +292,7 @@ class HealthcheckPlugin:
         return out
 
     def _events(self) -> dict[str, Any]:
-        events = getattr(self._services, "events", None)
+        events = self._services.events if self._services is not None else None
         if events is None:
             return {"state": "unavailable"}
         subs = events.stats()
@@ -333,7 +331,7 @@ class HealthcheckPlugin:
         states: dict[str, int] = {}
         for p in plugins:
             states[str(p.get("state", "?"))] = states.get(str(p.get("state", "?")), 0) + 1
-        version = getattr(self._services, "version", "")
+        version = self._services.version if self._services is not None else ""
         return {
             "status": "ok" if not problems else "degraded",
             "problems": problems,
@@ -374,14 +372,14 @@ class HealthcheckPlugin:
 
         await section("graph", lambda: sdk.memory.introspect())
         await section("documents", lambda: sdk.doc_memory.stats())
-        context = getattr(self._services, "context", None)
-        if context is not None and callable(getattr(context, "stats", None)):
+        context = self._services.context if self._services is not None else None
+        if context is not None:
             await section("context", context.stats)
         else:
             out["context"] = "unavailable"
         if self._sources.memory_stats is not None:
             await section("extra", self._sources.memory_stats)
-        data_dir = getattr(self._services, "data_dir", None)
+        data_dir = self._services.data_dir if self._services is not None else None
         if data_dir is not None and (Path(data_dir) / "memory").is_dir():
             out["disk"] = await asyncio.to_thread(_dir_size, Path(data_dir) / "memory")
         return out
@@ -434,8 +432,7 @@ class HealthcheckPlugin:
             return _err("the self-test needs the daemon's services; this healthcheck instance has none")
         run_llm = self._sources.run_llm
         if run_llm is None:
-            manager = getattr(services.llm, "manager", None)
-            run_llm = getattr(manager, "run", None)
+            run_llm = services.llm.manager.run if services.llm is not None else None
         if run_llm is None:
             return _err("the self-test needs an LLM provider manager; none is available")
         allowed = sorted(t.name for t in services.tools.tools() if t.name in SELFTEST_TOOLS)
