@@ -29,7 +29,7 @@ from homeagent.daemon import Daemon
 from homeagent.io.socket_server import MAX_FRAME
 from homeagent.memory.textlog import TextLog
 from homeagent.paths import DataPaths
-from homeagent.plugins.proc.protocol import ProtocolError, Request, parse
+from homeagent.sdk.protocol import ProtocolError, Request, parse
 from homeagent.text import MAX_DEPTH, TooDeep, scrub_deep, scrub_text
 from tests.fakes.webui_fixtures import start_web
 

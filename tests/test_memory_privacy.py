@@ -117,7 +117,7 @@ async def graph_with_fact(daemon: Daemon) -> list[str]:
     found = [name for name in (ZH_NAME, EN_NAME, DIARY) if await graph.entity(name) is not None]
     found += [e.name for e in await graph.all_entities() if any(s in e.name for s in SECRETS)]
     found += [r.line() for r in await graph.current_relations() if any(s in r.line() for s in SECRETS)]
-    raw = await graph.transact(lambda c: [r[0] for r in c.execute("SELECT content FROM raw_records")], bump=False)
+    raw = [r.content for r in await graph.raw_records()]
     return found + [text for text in raw if any(s in text for s in SECRETS)]
 
 

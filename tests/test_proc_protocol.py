@@ -16,7 +16,9 @@ from homeagent.memory.cleaners import CleanerChain
 from homeagent.plugins.proc.capabilities import CAPABILITIES, METHOD_CAPABILITY, Capabilities
 from homeagent.plugins.proc.connection import Pipes
 from homeagent.plugins.proc.host import HostSession
-from homeagent.plugins.proc.protocol import (
+from homeagent.plugins.proc.stagewire import StageChangeError, apply_changes
+from homeagent.plugins.services import HostSDK, PluginServices
+from homeagent.sdk.protocol import (
     ErrorCode,
     FrameBuffer,
     Oversized,
@@ -27,8 +29,6 @@ from homeagent.plugins.proc.protocol import (
     encode_request,
     parse,
 )
-from homeagent.plugins.proc.stagewire import StageChangeError, apply_changes
-from homeagent.plugins.services import HostSDK, PluginServices
 from homeagent.sdk.remote import changes_between, context_from
 from homeagent.sdk.types import MemItem, Stage, StageContext, ToolCall
 from tests.fakes.plugins_host import make_services

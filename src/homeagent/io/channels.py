@@ -13,10 +13,9 @@ import logging
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from homeagent.agent.tools import ToolRegistry
-from homeagent.sdk.types import OutputCap, ToolDef
+from homeagent.sdk.types import OutputCap, ToolDef, ToolHandler
 
 log = logging.getLogger("homeagent.channels")
 
@@ -49,8 +48,20 @@ class OutputChannel:
         }
 
 
+class ToolSink(Protocol):
+    """Where a channel's ``output_send__*`` tools go (the daemon's ``agent.tools.ToolRegistry``).
+
+    A Protocol rather than the registry's class so that ``io`` does not import
+    ``agent``, which imports ``io`` for its input queue.
+    """
+
+    def register(self, tool: ToolDef, handler: ToolHandler) -> Callable[[], None]: ...
+
+    def unregister(self, name: str) -> bool: ...
+
+
 class OutputChannels:
-    def __init__(self, tools: ToolRegistry) -> None:
+    def __init__(self, tools: ToolSink) -> None:
         self._tools = tools
         self._channels: dict[str, OutputChannel] = {}
 

@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import logging
 import re
-import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from homeagent.memory.graph import GraphDB, GraphError, Triple, clean_name
+from homeagent.memory.graph import GraphDB, GraphError, RawRecord, Triple, clean_name
 
 log = logging.getLogger("homeagent.memory.distill")
 
@@ -394,13 +393,16 @@ class RuleDistiller:
     async def run_once(self) -> DistillReport:
         report = DistillReport()
         while True:
-            part = await self.graph.transact(self._tick_tx)
+            now = self.clock()
+            part = await self.graph.distill_raw_records(
+                self._triples, batch=self.batch, expire_before=now - self.retention_s, source="rules", now=now
+            )
             report.records += part.records
-            report.triples += part.triples
-            report.added += part.added
-            report.superseded += part.superseded
+            report.triples += len(part.triples)
+            report.added += part.commit.added
+            report.superseded += part.commit.superseded
             report.expired += part.expired
-            report.facts += part.facts
+            report.facts += [f"{t.subject} --{t.relation}--> {t.object}" for t in part.triples]
             if part.records < self.batch:
                 break
         if report.records or report.expired:
@@ -415,33 +417,18 @@ class RuleDistiller:
             )
         return report
 
-    def _tick_tx(self, conn: sqlite3.Connection) -> DistillReport:
-        now = self.clock()
-        report = DistillReport()
-        rows = conn.execute(
-            "SELECT id, role, speaker, content, ts FROM raw_records WHERE distilled_at IS NULL ORDER BY id LIMIT ?",
-            (self.batch,),
-        ).fetchall()
+    def _triples(self, records: Sequence[RawRecord]) -> list[Triple]:
+        """The facts the rules find in the users' records (runs inside the graph's transaction: pure, quick)."""
         triples: list[Triple] = []
-        for _id, role, speaker, content, ts in rows:
-            if role != "user":
+        for record in records:
+            if record.role != "user":
                 continue
-            for t in extract(content, subject=self.subject_of(speaker)):
-                t.valid_from = ts
+            for t in extract(record.content, subject=self.subject_of(record.speaker)):
+                t.valid_from = record.ts
                 try:
                     clean_name(t.subject)
                     clean_name(t.object)
                 except GraphError:
                     continue  # e.g. an over-long capture: skip the fact, never the batch
                 triples.append(t)
-        if triples:
-            commit = self.graph.commit_in(conn, triples, "rules")
-            report.added = commit.added
-            report.superseded = commit.superseded
-        report.records = len(rows)
-        report.triples = len(triples)
-        report.facts = [f"{t.subject} --{t.relation}--> {t.object}" for t in triples]
-        if rows:
-            conn.executemany("UPDATE raw_records SET distilled_at = ? WHERE id = ?", [(now, r[0]) for r in rows])
-        report.expired = conn.execute("DELETE FROM raw_records WHERE ts < ?", (now - self.retention_s,)).rowcount
-        return report
+        return triples

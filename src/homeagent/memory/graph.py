@@ -321,6 +321,26 @@ class CommitReport:
         }
 
 
+class RawRecord(NamedTuple):
+    """A kept raw message (the rule distiller's input)."""
+
+    id: int
+    role: str
+    speaker: str
+    content: str
+    ts: float
+
+
+@dataclass
+class RawBatch:
+    """What one :meth:`GraphDB.distill_raw_records` step did."""
+
+    records: int = 0
+    triples: list[Triple] = field(default_factory=list)
+    commit: CommitReport = field(default_factory=CommitReport)
+    expired: int = 0
+
+
 def sentence_hash(text: str) -> str:
     """The key of a stored sentence (``sentences.hash``); media references to a sentence use it as owner id."""
     return hashlib.sha256(text.strip().encode("utf-8")).hexdigest()
@@ -1555,13 +1575,51 @@ class GraphDB:
             bump=False,
         )
 
-    async def transact(self, fn: Callable[[sqlite3.Connection], T], *, bump: bool = True) -> T:
-        """Run ``fn(conn)`` as one write transaction on the writer thread (for the distiller and loops)."""
-        return await self._write(fn, bump=bump)
+    async def raw_records(self, *, limit: int = 10_000) -> list[RawRecord]:
+        """The kept raw messages, oldest first (distilled or not)."""
+        return await self._read(
+            lambda c: [
+                RawRecord(*row)
+                for row in c.execute(
+                    "SELECT id, role, speaker, content, ts FROM raw_records ORDER BY id LIMIT ?", (limit,)
+                )
+            ]
+        )
 
-    def commit_in(self, conn: sqlite3.Connection, triples: Sequence[Triple], source: str = "") -> CommitReport:
-        """``commit`` inside a transaction opened by ``transact`` (same validation, same atomicity)."""
-        return self._commit_tx(conn, self._validate(list(triples)), source)
+    async def distill_raw_records(
+        self,
+        to_triples: Callable[[Sequence[RawRecord]], list[Triple]],
+        *,
+        batch: int,
+        expire_before: float,
+        source: str,
+        now: float,
+    ) -> RawBatch:
+        """One distiller step in one write transaction: up to ``batch`` undistilled records → ``to_triples`` →
+        committed facts; those records are marked distilled and records older than ``expire_before`` deleted.
+
+        ``to_triples`` runs on the graph's writer thread inside the transaction: it must be pure and quick
+        (rule extraction), so that the facts and the "distilled" marks land together or not at all.
+        """
+
+        def run(conn: sqlite3.Connection) -> RawBatch:
+            rows = [
+                RawRecord(*row)
+                for row in conn.execute(
+                    "SELECT id, role, speaker, content, ts FROM raw_records WHERE distilled_at IS NULL "
+                    "ORDER BY id LIMIT ?",
+                    (batch,),
+                )
+            ]
+            out = RawBatch(records=len(rows), triples=to_triples(rows))
+            if out.triples:
+                out.commit = self._commit_tx(conn, self._validate(out.triples), source)
+            if rows:
+                conn.executemany("UPDATE raw_records SET distilled_at = ? WHERE id = ?", [(now, r.id) for r in rows])
+            out.expired = conn.execute("DELETE FROM raw_records WHERE ts < ?", (expire_before,)).rowcount
+            return out
+
+        return await self._write(run)
 
     async def loop_state(self, name: str) -> Any:
         row = await self._read(lambda c: c.execute("SELECT value FROM loop_state WHERE name = ?", (name,)).fetchone())

@@ -46,7 +46,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from homeagent.plugins.proc.protocol import (
+from homeagent.sdk.api import (
+    LLMAPI,
+    ChannelHandler,
+    DocMemoryAPI,
+    EventCallback,
+    KnowledgeAPI,
+    MemoryAPI,
+    PluginSDK,
+    ServiceUnavailable,
+    SettingsAPI,
+    TextMemoryAPI,
+    Unregister,
+    coerce_tool_def,
+)
+from homeagent.sdk.protocol import (
     MAX_FRAME,
     ErrorCode,
     FrameBuffer,
@@ -61,20 +75,6 @@ from homeagent.plugins.proc.protocol import (
     encode_response,
     parse,
     to_json,
-)
-from homeagent.sdk.api import (
-    LLMAPI,
-    ChannelHandler,
-    DocMemoryAPI,
-    EventCallback,
-    KnowledgeAPI,
-    MemoryAPI,
-    PluginSDK,
-    ServiceUnavailable,
-    SettingsAPI,
-    TextMemoryAPI,
-    Unregister,
-    coerce_tool_def,
 )
 from homeagent.sdk.types import (
     ConfigDef,

@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from homeagent import __version__
-from homeagent.plugins.proc.protocol import PROTOCOL_VERSION, ErrorCode, Request, RPCError
 from homeagent.sdk.api import Plugin, PluginFactory
+from homeagent.sdk.protocol import PROTOCOL_VERSION, ErrorCode, Request, RPCError
 from homeagent.sdk.remote import Endpoint, Handlers, RemoteEvent, RemoteSDK, changes_between, context_from
+from homeagent.sdk.stageview import StageView  # the same permission checks as the host
 from homeagent.sdk.types import Stage
 
 __all__ = ["PluginRuntime", "load_factory", "main", "run_plugin"]
@@ -243,8 +244,6 @@ class PluginRuntime:
         return await _maybe_await(await asyncio.to_thread(handler, args))
 
     async def _stage(self, p: dict[str, Any]) -> Any:
-        from homeagent.agent.stages import StageView  # the host's own permission checks, reused
-
         hid = p.get("handler")
         handler = self.handlers.stages.get(hid) if isinstance(hid, str) else None
         if handler is None:

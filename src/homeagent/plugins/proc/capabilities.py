@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from homeagent.plugins.proc.protocol import ErrorCode, RPCError
+from homeagent.sdk.protocol import ErrorCode, RPCError
 
 __all__ = [
     "CAPABILITIES",

@@ -41,7 +41,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from homeagent.plugins.proc.protocol import (
+from homeagent.sdk.protocol import (
     MAX_FRAME,
     ErrorCode,
     FrameBuffer,

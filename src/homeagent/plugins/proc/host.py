@@ -33,13 +33,13 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from homeagent.agent.stages import StagePermissionError, parse_stage, writable_fields
 from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, Connection, ConnectionStats, Pipes, PluginGone
-from homeagent.plugins.proc.protocol import MAX_FRAME, ErrorCode, Request, RPCError, to_json
 from homeagent.plugins.proc.stagewire import SNAPSHOT_FIELDS, StageChangeError, apply_changes, snapshot
 from homeagent.ratelimit import TokenBucket
 from homeagent.sdk.api import PluginSDK, ServiceUnavailable, SocialReadAPI, Unregister
+from homeagent.sdk.protocol import MAX_FRAME, ErrorCode, Request, RPCError, to_json
+from homeagent.sdk.stageview import StagePermissionError, parse_stage, writable_fields
 from homeagent.sdk.types import ConfigDef, InjectOptions, OutputCap, StageContext, ToolDef
 
 if TYPE_CHECKING:

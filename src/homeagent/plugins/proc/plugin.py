@@ -46,9 +46,9 @@ from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, ConnectionStats, Pipes, PluginGone
 from homeagent.plugins.proc.host import HostSession, SessionOptions
 from homeagent.plugins.proc.limits import ResourceLimits, explain_exit
-from homeagent.plugins.proc.protocol import MAX_FRAME, PROTOCOL_VERSION, RPCError
 from homeagent.plugins.proc.supervisor import Child, ChildExit, Supervisor
 from homeagent.sdk.api import Plugin, PluginSDK
+from homeagent.sdk.protocol import MAX_FRAME, PROTOCOL_VERSION, RPCError
 
 if TYPE_CHECKING:
     from homeagent.plugins.registry import PluginSource

@@ -24,8 +24,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from homeagent.agent.stages import StagePermissionError, writable_fields
-from homeagent.plugins.proc.protocol import to_json
+from homeagent.sdk.protocol import to_json
+from homeagent.sdk.stageview import StagePermissionError, writable_fields
 from homeagent.sdk.types import MemItem, Stage, StageContext, ToolCall, ToolResult
 
 __all__ = ["SNAPSHOT_FIELDS", "StageChangeError", "apply_changes", "snapshot"]
