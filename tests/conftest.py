@@ -39,6 +39,7 @@ def _clean_llm_env(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never pick up a developer's real LLM keys, data directory or proxy."""
     for name in LLM_ENV:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOMEAGENT_OLLAMA_URL", "off")  # nor a local Ollama (tests of it point this at a fake)
 
 
 @pytest.fixture

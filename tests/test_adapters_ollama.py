@@ -99,3 +99,44 @@ async def test_detect_local_ollama(client: aiohttp.ClientSession, tmp_path: Path
         assert provider is None and "ollama pull" in note
     provider, note = await detect_local_ollama(client, loader, base_url="http://127.0.0.1:9")
     assert provider is None and note == ""
+
+
+async def test_a_daemon_with_nothing_configured_answers_through_a_local_ollama(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DESIGN: no source configured → a local Ollama that answers on loopback, before the offline provider."""
+    from homeagent.daemon import Daemon
+    from homeagent.paths import DataPaths
+
+    async with FakeOllama(models=["qwen-fake:7b"]) as fake:
+        fake.script(Turn.text("hello from the local ollama"))
+        monkeypatch.setenv("HOMEAGENT_OLLAMA_URL", fake.base_url)
+        d = Daemon(DataPaths(data_dir), web=False)
+        await d.start()
+        try:
+            sources = d.llm.sources()
+            assert sources["current"] == "ollama-local", sources
+            assert any("found a local Ollama" in n and "qwen-fake:7b" in n for n in sources["notes"])
+            result = await d.io.inject_sync("test", "test", "hi", timeout=30)
+            assert result.ok and result.text == "hello from the local ollama"
+            d.config.set("core.llm.sources.home.base_url", "http://127.0.0.1:9/v1")  # configured: Ollama steps aside
+            d.config.set("core.llm.sources.home.model", "m")
+            d.config.set("core.llm.sources.home.api_key", "sk-x")
+            await d.llm.reload()
+            assert "ollama-local" not in {s["name"] for s in d.llm.sources()["sources"]}
+        finally:
+            await d.stop()
+
+
+async def test_no_local_ollama_leaves_the_offline_provider(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from homeagent.daemon import Daemon
+    from homeagent.paths import DataPaths
+
+    monkeypatch.setenv("HOMEAGENT_OLLAMA_URL", "http://127.0.0.1:9")  # nothing listens there
+    d = Daemon(DataPaths(data_dir), web=False)
+    await d.start()
+    try:
+        assert d.llm.sources()["current"] == "offline"
+        assert any("offline provider" in n for n in d.llm.sources()["notes"])
+    finally:
+        await d.stop()

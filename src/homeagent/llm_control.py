@@ -21,11 +21,11 @@ import httpx
 from homeagent.config import ConfigRegistry
 from homeagent.paths import DataPaths
 from homeagent.providers.adapter_loader import AdapterLoader
-from homeagent.providers.base import ChatRequest, ProviderError
+from homeagent.providers.base import ChatRequest, Provider, ProviderError
 from homeagent.providers.http import SharedSession
 from homeagent.providers.manager import ProviderManager
 from homeagent.providers.offline import OfflineProvider
-from homeagent.providers.sources import build_sources
+from homeagent.providers.sources import DEFAULT_OLLAMA_URL, OLLAMA_URL_ENV, build_sources, detect_local_ollama
 from homeagent.sdk.api import LLMAPI
 
 log = logging.getLogger("homeagent.llm")
@@ -44,6 +44,8 @@ class LLMControl:
         self.offline = OfflineProvider()
         self.manager = ProviderManager(fallback=self.offline)
         self.notes: list[str] = []
+        self.local: Provider | None = None  # a local Ollama found at start, used when nothing is configured
+        self._local_note = ""
         self.rebuild()
 
     @classmethod
@@ -51,8 +53,14 @@ class LLMControl:
         return cls(config, paths)
 
     async def start(self) -> None:
-        """Load the providers' CA bundle off the event loop."""
+        """Load the providers' CA bundle off the event loop; look for a local Ollama (DESIGN: the source
+        used when nothing is configured, before the offline provider)."""
         await self.llm_http.start()
+        url = str(self.env.get(OLLAMA_URL_ENV, DEFAULT_OLLAMA_URL)).strip()
+        if url and url.lower() != "off":
+            self.local, self._local_note = await detect_local_ollama(self.llm_http, self.adapters, base_url=url)
+            if self.local is not None or self._local_note:
+                self.rebuild()
 
     def rebuild(self) -> None:
         providers, notes = build_sources(
@@ -67,8 +75,13 @@ class LLMControl:
         if preferred and preferred not in known:
             notes.append(f"core.llm.provider names an unknown source {preferred!r}; using the automatic order")
             preferred = ""
+        configured = bool(providers)
+        if not configured and self.local is not None:
+            providers = [self.local]
         self.manager.set_sources(providers, preferred=preferred)
         self.notes = list(notes)
+        if self._local_note and not configured:
+            self.notes.append(self._local_note)
         if not providers:
             self.notes.append("no LLM is configured: replies come from the offline provider")
 

@@ -620,10 +620,6 @@ class ConfigRegistry:
                 self._plugin_values.setdefault(plugin, {})
         return table
 
-    def table_for(self, plugin: str) -> str:
-        """The SQLite table that holds ``plugin``'s settings (it may not exist yet)."""
-        return self._tables.get(plugin) or plugin_table_name(plugin)
-
     def get_plugin(self, plugin: str, key: str, default: Any = None) -> Any:
         return self._get(plugin, key, default)
 

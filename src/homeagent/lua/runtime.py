@@ -1336,12 +1336,8 @@ class LuaSandbox:
             return "string"
         return str(lua54.lua_type(value))
 
-    def run_raw(self, fn: Any, *args: Any, budget: int | None = None) -> tuple[Any, ...]:
-        """Start ``fn`` without converting arguments; returns the raw step tuple (host fast path)."""
-        return self._step_start(budget or self.instruction_budget, fn, args)
-
     async def finish_async(self, res: tuple[Any, ...]) -> tuple[Any, ...]:
-        """Serve pending ``http_*`` yields of a :meth:`run_raw` result and return the results."""
+        """Serve pending ``http_*`` yields of a started call and return its results."""
         while res[0] == "yield":
             handle = res[1]
             try:

@@ -17,7 +17,7 @@ up by sequence number, deletions through the ``removed`` log a trigger fills.
 
 Every method here is synchronous and may take milliseconds to seconds
 (embedding, SQLite, index load): the event loop uses the ``a*`` wrappers
-(``aquery``, ``aconsume``, ``ainsert``, ``acommit``, ``aremove``, ``astats``,
+(``aquery``, ``ainsert``, ``acommit``, ``aremove``, ``astats``,
 ``afind_cold``, ``acount``), which run them in a worker thread. The
 synchronous methods are for worker threads and the CLI.
 """
@@ -867,9 +867,6 @@ class DocumentStore:
 
     async def arecall(self, text: str, k: int = 3, *, touch: bool = True) -> list[Recalled]:
         return await asyncio.to_thread(self.recall, text, k, touch=touch)
-
-    async def aconsume(self, text: str, k: int = 3, *, min_score: float | None = None) -> list[Doc]:
-        return await asyncio.to_thread(self.consume, text, k, min_score=min_score)
 
     async def ainsert(self, doc: Doc | DocDraft) -> str:
         """DocMemoryAPI ``Insert``: a ``Doc`` (its id, content, summary, tags, ts) or a ``DocDraft``."""

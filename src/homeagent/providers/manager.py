@@ -168,15 +168,6 @@ class ProviderManager:
         if preferred is not None:
             self._preferred = preferred
 
-    def reconfigure(self, name: str, provider: Provider) -> None:
-        """Replace one source's provider and reset its state (its config changed)."""
-        if name not in self._sources:
-            raise ValueError(self._unknown(name))
-        seq = self._sources[name].seq
-        del self._sources[name]
-        source = _Source(provider, seq)
-        self._sources[str(provider.name)] = source
-
     def remove(self, name: str) -> None:
         if name not in self._sources:
             raise ValueError(self._unknown(name))

@@ -190,16 +190,23 @@ def _adapter_resolver(
 _PROBE_ERRORS: tuple[type[BaseException], ...] = (*TRANSPORT_ERRORS, ValueError, AttributeError)
 
 
+OLLAMA_URL_ENV = "HOMEAGENT_OLLAMA_URL"
+"""Where to look for a local Ollama at start; ``off`` skips the look."""
+DEFAULT_OLLAMA_URL = "http://127.0.0.1:11434"
+
+
 async def detect_local_ollama(
-    http_client: aiohttp.ClientSession,
+    http_client: aiohttp.ClientSession | SharedSession,
     adapters: AdapterLoader,
     *,
-    base_url: str = "http://127.0.0.1:11434",
+    base_url: str = DEFAULT_OLLAMA_URL,
     timeout: float = 0.5,
 ) -> tuple[Provider | None, str]:
     """A source for a local Ollama if one answers on loopback (uses its first model)."""
+    session = http_client.get() if isinstance(http_client, SharedSession) else http_client
+    base_url = base_url.rstrip("/")
     try:
-        async with http_client.get(f"{base_url}/api/tags", timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        async with session.get(f"{base_url}/api/tags", timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             models = (await resp.json(content_type=None)).get("models") or [] if resp.status == 200 else []
     except _PROBE_ERRORS:
         return None, ""

@@ -207,10 +207,6 @@ class Connection:
     def closed(self) -> bool:
         return self._closed is not None
 
-    @property
-    def pending_calls(self) -> int:
-        return len(self._pending)
-
     # ------------------------------------------------------------- input side
 
     def feed(self, data: bytes) -> None:
