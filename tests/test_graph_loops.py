@@ -223,3 +223,28 @@ async def test_user_turns_are_not_blocked_by_a_loop(graph: GraphDB) -> None:
     assert time.perf_counter() - started < 0.8
     assert not job.done()
     await job
+
+
+async def test_a_daemons_memory_decision_is_its_own_llm_call_and_shows_in_the_event_stream(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The review loop asks the daemon's LLM directly (no agent turn, no tools), and says so in the event stream."""
+    from tests.fakes.builtins_host import llm_daemon
+    from tests.fakes.llm_openai import FakeOpenAI, Turn
+
+    async with FakeOpenAI() as fake, llm_daemon(data_dir, fake, monkeypatch) as d:
+        await d.graph.commit([Triple("Ada", "lives_in", "Paris", sentence="Ada lives in Paris now.")])
+        [fact] = await d.graph.current_relations()
+        fake.script(Turn.text(json.dumps({"verdicts": [{"id": fact.id, "verdict": "wrong"}]})))
+        report = await d.memory_loops.run_now("review")
+        assert report["retracted"] == 1 and not await d.graph.current_relations()
+        [request] = fake.requests
+        assert [m["role"] for m in request.body["messages"]] == ["user"] and not request.body.get("tools")
+        assert d.agent.turns == 0  # not an agent turn: no persona, history, stages or tools
+        [event] = d.events.recent(types=["memory_llm"])
+        assert event.data["ok"] is True and event.data["source"] == "env" and event.data["prompt_chars"] > 0
+        fake.script(Turn.text("not json"))
+        await d.graph.commit([Triple("Ada", "likes", "tea", sentence="Ada likes tea.")])
+        with pytest.raises(ReplyRejected):
+            await d.memory_loops.run_now("review")
+        assert [e.data["ok"] for e in d.events.recent(types=["memory_llm"])] == [True, True]  # the call itself worked

@@ -383,8 +383,22 @@ class Daemon:
         self._undo.append(self.stages.register(Stage.AFTER_OUTPUT, remember_raw, plugin="core", name="rule-distiller"))
 
         async def memory_llm(prompt: str) -> str:
+            # The loops' decisions (merge, review, archive) are calls of their own, not agent turns: their
+            # prompts need no persona, tools, history or plugin stages, and they must not queue behind chats.
+            # Each is published as a memory_llm event so the owner sees them in the event stream.
             request = ChatRequest(messages=[{"role": "user", "content": prompt}], temperature=0.0)
-            return (await self.llm.manager.run(request, stream=False)).content
+            started = time.perf_counter()
+            ok = False
+            source = ""
+            try:
+                response = await self.llm.manager.run(request, stream=False)
+                ok, source = True, response.source
+                return response.content
+            finally:
+                self.events.publish("memory_llm", {
+                    "ok": ok, "source": source, "prompt_chars": len(prompt),
+                    "ms": round((time.perf_counter() - started) * 1000, 1),
+                })
 
         def interval(name: str, default: str) -> Any:
             return lambda: cfg.get_duration(f"core.agent.{name}_interval", default)

@@ -1,7 +1,6 @@
 """The agent: one event loop that gives HomeAgent a continuous identity.
 
-The loop takes user input first, then self-input (memory consolidation jobs),
-one turn at a time. The intercept task runs beside it: an interrupt cancels
+The loop takes one input at a time, in the input queue's order. The intercept task runs beside it: an interrupt cancels
 the LLM call in flight and waits in the slot for the next LLM call of the
 running turn; when the agent is idle the interrupt becomes an ordinary input
 at the highest priority.
@@ -70,31 +69,12 @@ class Agent:
         }
 
     async def _event_loop(self) -> None:
-        user_get: asyncio.Task[InputMessage] | None = None
-        self_get: asyncio.Task[InputMessage] | None = None
-        try:
-            while True:
-                if user_get is None:
-                    user_get = asyncio.ensure_future(self.io.next_input())
-                if self_get is None:
-                    self_get = asyncio.ensure_future(self.io.self_inputs.get())
-                await asyncio.wait({user_get, self_get}, return_when=asyncio.FIRST_COMPLETED)
-                if user_get.done():
-                    message, user_get = user_get.result(), None
-                    await self._process(message, consolidation=False)
-                elif self_get.done():
-                    message, self_get = self_get.result(), None
-                    await self._process(message, consolidation=True)
-        finally:
-            for getter in (user_get, self_get):
-                if getter is not None:
-                    getter.cancel()
+        while True:
+            await self._process(await self.io.next_input())
 
-    async def _process(self, message: InputMessage, *, consolidation: bool) -> None:
+    async def _process(self, message: InputMessage) -> None:
         self.current = message
-        self._turn = asyncio.get_running_loop().create_task(
-            self.runner.run(message, consolidation=consolidation), name=f"turn-{message.id}"
-        )
+        self._turn = asyncio.get_running_loop().create_task(self.runner.run(message), name=f"turn-{message.id}")
         try:
             await asyncio.shield(self._turn)
         except asyncio.CancelledError:

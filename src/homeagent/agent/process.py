@@ -50,7 +50,7 @@ from homeagent.agent.stages import StageHost
 from homeagent.agent.tools import ToolRegistry, result_text
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
-from homeagent.io.manager import CONSOLIDATION_CHANNEL, InputMessage, TurnResult
+from homeagent.io.manager import InputMessage, TurnResult
 from homeagent.memory.textlog import TextLog
 from homeagent.providers.base import ChatRequest, ChatResponse, ProviderError, StreamChunk
 from homeagent.sdk.types import Origin, Stage, StageContext, ToolCall, ToolDef, ToolResult
@@ -115,7 +115,6 @@ class LLMSlot:
 @dataclass
 class _Turn:
     message: InputMessage
-    consolidation: bool
     started: float = field(default_factory=time.perf_counter)
     reasoning: list[str] = field(default_factory=list)
     tool_log: list[dict[str, Any]] = field(default_factory=list)
@@ -171,8 +170,8 @@ class TurnRunner:
         self._tools_cache: tuple[int, list[ToolDef], list[dict[str, Any]]] | None = None
 
     # ------------------------------------------------------------------
-    async def run(self, message: InputMessage, *, consolidation: bool = False) -> TurnResult:
-        turn = _Turn(message, consolidation or message.channel == CONSOLIDATION_CHANNEL)
+    async def run(self, message: InputMessage) -> TurnResult:
+        turn = _Turn(message)
         options = message.options
         ctx = StageContext(
             raw_message=message.text,
@@ -215,7 +214,7 @@ class TurnRunner:
         if await self.stages.run(Stage.ON_INPUT, ctx):
             return ctx.response or ""
         user_text = ctx.raw_message
-        history = [] if turn.consolidation else await self.memory.history(user_text, ctx.channel, group_id=ctx.group_id)
+        history = await self.memory.history(user_text, ctx.channel, group_id=ctx.group_id)
         ctx.context_msgs = list(history)
         if await self.stages.run(Stage.PRE_ACTION, ctx):
             return ctx.response or ""
@@ -325,8 +324,6 @@ class TurnRunner:
                 if current is not None and current.cancelling():
                     task.cancel()
                     raise
-                if turn.consolidation:
-                    raise ProviderError("consolidation job interrupted", kind="cancelled") from None
                 log.info("turn %s: LLM call interrupted; retrying with the interrupt text", turn.message.id)
                 await turn.frame({"type": "content_delta", "text": "", "reset": True})
                 continue
@@ -493,24 +490,23 @@ class TurnRunner:
             interrupted=interrupted,
             input_id=message.id,
         )
-        if not turn.consolidation:  # durable before the reply is delivered: an acknowledged turn survives kill -9
-            try:
-                await self.memory.record(
-                    TurnRecord(
-                        user_text=ctx.raw_message,
-                        reply=final,
-                        channel=message.channel,
-                        source=message.source,
-                        user_id=ctx.user_id,
-                        group_id=ctx.group_id,
-                        no_memory=no_memory,
-                        tool_outputs=turn.tool_outputs,
-                        ts=message.ts,
-                        input_id=message.id,
-                    )
+        try:  # durable before the reply is delivered: an acknowledged turn survives kill -9
+            await self.memory.record(
+                TurnRecord(
+                    user_text=ctx.raw_message,
+                    reply=final,
+                    channel=message.channel,
+                    source=message.source,
+                    user_id=ctx.user_id,
+                    group_id=ctx.group_id,
+                    no_memory=no_memory,
+                    tool_outputs=turn.tool_outputs,
+                    ts=message.ts,
+                    input_id=message.id,
                 )
-            except Exception:
-                log.exception("recording turn %s in memory failed", message.id)
+            )
+        except Exception:
+            log.exception("recording turn %s in memory failed", message.id)
         await self._deliver(turn, result)
         if not error:
             await self.stages.run(Stage.AFTER_OUTPUT, ctx)
@@ -557,7 +553,7 @@ class TurnRunner:
                 }
             )
             return
-        if message.reply is not None or turn.consolidation or not result.text:
+        if message.reply is not None or not result.text:
             return
         await self._send_to_channel(message, result.text)
 

@@ -1,9 +1,9 @@
 """IOManager: every way text reaches the agent.
 
-Three inlets feed the agent loop: the input queue (ordinary messages, ordered
-by priority then arrival), the interrupt queue (read by the intercept task,
-which may cancel the LLM call in flight), and the self-input channel that
-memory loops use for consolidation jobs.
+Two inlets feed the agent loop: the input queue (ordinary messages, ordered
+by priority then arrival) and the interrupt queue (read by the intercept task,
+which may cancel the LLM call in flight). The memory loops do not come this
+way: their LLM decisions are calls of their own (see daemon.py ``memory_llm``).
 
 Every input's text is scrubbed of lone surrogates on the way in: the socket,
 HTTP and plugin RPC boundaries already do it, and this catches the in-process
@@ -26,9 +26,6 @@ from homeagent.text import scrub_text
 
 FrameSink = Callable[[dict[str, Any]], Awaitable[None] | None]
 """Receives the stream frames of one turn (reasoning_delta, content_delta, tool_call, response, error)."""
-
-CONSOLIDATION_CHANNEL = "_consolidation_"
-
 
 @dataclass
 class TurnResult:
@@ -81,7 +78,6 @@ class IOManager:
         self._seq = itertools.count()
         self._inputs: asyncio.PriorityQueue[tuple[int, int, InputMessage]] = asyncio.PriorityQueue()
         self.interrupts: asyncio.Queue[InputMessage] = asyncio.Queue()
-        self.self_inputs: asyncio.Queue[InputMessage] = asyncio.Queue()
 
     # -- ordinary input ---------------------------------------------------
     def inject(self, message: InputMessage) -> str:
@@ -133,12 +129,3 @@ class IOManager:
         message = InputMessage(scrub_text(text), source, channel, options or InjectOptions(), sink=sink, interrupt=True)
         self.interrupts.put_nowait(message)
         return message.id
-
-    # -- self input (memory consolidation) --------------------------------
-    async def submit_self_input(self, text: str, *, timeout: float | None = None) -> TurnResult:
-        future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
-        message = InputMessage(
-            text, "memory", CONSOLIDATION_CHANNEL, InjectOptions(no_memory=True), reply=future
-        )
-        self.self_inputs.put_nowait(message)
-        return await asyncio.wait_for(asyncio.shield(future), timeout)
