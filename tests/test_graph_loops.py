@@ -14,6 +14,8 @@ import pytest
 from homeagent.memory.documents import DocumentStore
 from homeagent.memory.graph import GraphDB, Triple
 from homeagent.memory.loops import MemoryLoops, ReplyRejected, archive_pass, merge_pass, review_pass
+from tests.fakes.builtins_host import llm_daemon
+from tests.fakes.llm_openai import FakeOpenAI, Turn
 
 
 class ScriptedLLM:
@@ -229,9 +231,6 @@ async def test_a_daemons_memory_decision_is_its_own_llm_call_and_shows_in_the_ev
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The review loop asks the daemon's LLM directly (no agent turn, no tools), and says so in the event stream."""
-    from tests.fakes.builtins_host import llm_daemon
-    from tests.fakes.llm_openai import FakeOpenAI, Turn
-
     async with FakeOpenAI() as fake, llm_daemon(data_dir, fake, monkeypatch) as d:
         await d.graph.commit([Triple("Ada", "lives_in", "Paris", sentence="Ada lives in Paris now.")])
         [fact] = await d.graph.current_relations()

