@@ -198,10 +198,12 @@ async def test_running_a_command_never_blocks_the_loop(cmd_host: PluginServices)
             last = now
 
     tick = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0.3)  # this run's baseline: the ticker's gaps with nothing else running
+    quiet, gaps[:] = max(gaps), []
     await asyncio.gather(*(tool_value(cmd_host, "cmd_run", {"command": "sleep 0.3"}) for _ in range(4)))
     stop.set()
     await tick
-    assert max(gaps) < 0.1, f"the loop stalled for {max(gaps) * 1000:.0f} ms"
+    assert max(gaps) < max(0.1, 5 * quiet), f"the loop stalled for {max(gaps) * 1000:.0f} ms (idle: {quiet * 1000:.0f})"
 
 
 async def test_cmd_through_the_agent_loop_and_turn_cancel(
