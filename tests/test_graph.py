@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from homeagent.memory.graph import SCHEMA_VERSION, GraphBusy, GraphDB, GraphError, Triple
+from homeagent.memory.graph import GraphDB
 from homeagent.memory.graph_api import GraphMemoryService
+from homeagent.memory.graph_model import GraphBusy, GraphError, Triple
+from homeagent.memory.graph_schema import SCHEMA_VERSION
 
 
 @pytest.fixture

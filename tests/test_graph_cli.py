@@ -11,7 +11,8 @@ import pytest
 
 from homeagent.cli.graph_cmd import register_memory_graph
 from homeagent.memory.distill import RuleDistiller
-from homeagent.memory.graph import GraphDB, Triple
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import Triple
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from homeagent.memory.graph import GraphDB, Triple
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import Triple
 from homeagent.memory.indexer import KeywordExtractor, MemoryIndexer, estimate_tokens, fallback_keywords
 from tests.fakes.graph_embedder import CharEmbedder, real_embedder
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from homeagent.memory.documents import DocumentStore
-from homeagent.memory.graph import GraphDB, Triple
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import Triple
 from homeagent.memory.loops import MemoryLoops, ReplyRejected, archive_pass, merge_pass, review_pass
 from tests.fakes.builtins_host import llm_daemon
 from tests.fakes.llm_openai import FakeOpenAI, Turn

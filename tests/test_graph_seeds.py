@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from homeagent.agent.tools import ToolRegistry
-from homeagent.memory.graph import GraphDB, Triple
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import Triple
 from homeagent.memory.graph_tools import graph_tools
 from homeagent.memory.indexer import MemoryIndexer, relation_text, relation_words
 from homeagent.memory.social import Social

@@ -17,7 +17,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from homeagent.memory.graph import Entity, GraphDB, GraphError, Recall, Relation, iso
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import Entity, GraphError, Recall, Relation, iso
 
 LOOPS = ("distill", "archive", "merge", "review", "rules")
 LOCAL_LOOPS = ("rules", "merge")

@@ -37,7 +37,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from homeagent.memory.graph import GraphDB, GraphError, RawRecord, Triple, clean_name
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import GraphError, RawRecord, Triple, clean_name
 
 log = logging.getLogger("homeagent.memory.distill")
 

@@ -15,14 +15,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from homeagent.memory.cleaners import drop_output
-from homeagent.memory.graph import (
-    RETIRE_SUPERSEDED,
-    GraphDB,
-    GraphError,
-    Triple,
-    sentence_hash,
-    split_keywords,
-)
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import RETIRE_SUPERSEDED, GraphError, Triple, sentence_hash, split_keywords
 from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.media import MediaError, MediaRefs, marker, with_markers
 from homeagent.memory.social import Social

@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 
 from homeagent.memory.embedder import Embedder
-from homeagent.memory.graph import Entity, GraphDB, Recall, Relation
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import Entity, Recall, Relation
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.retrieval import Hit, HybridIndex
 from homeagent.threads import run_detached

@@ -29,15 +29,8 @@ from typing import Any, Protocol
 import jsonschema
 
 from homeagent.memory.distill import RuleDistiller, extract
-from homeagent.memory.graph import (
-    RETIRE_EDITED,
-    Entity,
-    GraphDB,
-    GraphError,
-    Triple,
-    bigram_jaccard,
-    norm_name,
-)
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import RETIRE_EDITED, Entity, GraphError, Triple, bigram_jaccard, norm_name
 
 log = logging.getLogger("homeagent.memory.loops")
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from homeagent.memory.graph import Entity, GraphDB, GraphError, Relation, Triple, clean_name, norm_relation
+from homeagent.memory.graph import GraphDB
+from homeagent.memory.graph_model import Entity, GraphError, Relation, Triple, clean_name, norm_relation
 
 PERSON = "Person"
 
