@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from homeagent.agent.gate import ToolGate
+from homeagent.agent.media_input import MediaInput
 from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
 from homeagent.agent.origin import TURN_ORIGIN
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
@@ -125,6 +126,7 @@ class _Turn:
     rounds: int = 0
     values: TurnValues = field(default_factory=TurnValues)
     no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
+    media_digests: list[str] = field(default_factory=list)  # the input's stored media (context references)
     refused_rounds: int = 0  # rounds whose every call the approval gate refused
 
     async def frame(self, frame: dict[str, Any]) -> None:
@@ -155,8 +157,10 @@ class TurnRunner:
         tool_filter: Callable[[ToolDef], bool] | None = None,
         slot: LLMSlot | None = None,
         gate: ToolGate | None = None,
+        media: MediaInput | None = None,
     ) -> None:
         self.stages = stages
+        self.media = media
         self.tools = tools
         self.run_llm = run_llm
         self.prompt = prompt
@@ -214,6 +218,9 @@ class TurnRunner:
         turn.values = self.settings.read()
         if await self.stages.run(Stage.ON_INPUT, ctx):
             return ctx.response or ""
+        user_content: str | list[dict[str, Any]] = ctx.raw_message
+        if turn.message.media:  # the media turn path: images go to the model with this input
+            user_content = await self._media_content(ctx, turn)
         user_text = ctx.raw_message
         history = [] if turn.consolidation else await self.memory.history(user_text, ctx.channel, group_id=ctx.group_id)
         ctx.context_msgs = list(history)
@@ -224,9 +231,23 @@ class TurnRunner:
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *ctx.context_msgs,
-            {"role": "user", "content": user_text},
+            {"role": "user", "content": user_content},
         ]
         return await self._tool_loop(ctx, turn, messages, openai_tools)
+
+    async def _media_content(self, ctx: StageContext, turn: _Turn) -> str | list[dict[str, Any]]:
+        """The user message's content with the input's media; ``ctx.raw_message`` becomes the text memory keeps."""
+        message = turn.message
+        if self.media is None:  # a runner without the media path (a sub-agent's): the media are named only
+            names = [f"[{'image' if b.mime.startswith('image/') else 'file'}: {b.description or b.digest[:12] or b.mime}]"
+                     for b in message.media]
+            ctx.raw_message = "\n".join([ctx.raw_message.rstrip(), *names]).strip()
+            return ctx.raw_message
+        prepared = await self.media.prepare(ctx.raw_message, message.media, source=message.source or message.channel)
+        ctx.raw_message = prepared.text
+        turn.media_digests = prepared.digests
+        ctx.extra["media"] = {"digests": prepared.digests, "images": prepared.images, "described": prepared.described}
+        return prepared.content
 
     def _tool_lists(self) -> tuple[list[ToolDef], list[dict[str, Any]]]:
         """The tools this runner offers, and their wire form, rebuilt only when the registry changes.
@@ -301,7 +322,12 @@ class TurnRunner:
     ) -> ChatResponse:
         while True:
             for item in self.slot.drain():
-                messages.append({"role": "system", "content": f"{INTERRUPT_PREFIX} ({item.source or item.channel}) {item.text}"})
+                note = f"{INTERRUPT_PREFIX} ({item.source or item.channel}) {item.text}"
+                if item.media and self.media is not None:  # an interrupt with media: its images reach this call
+                    prepared = await self.media.prepare(note, item.media, source=item.source or item.channel)
+                    messages.append({"role": "user", "content": prepared.content})
+                else:
+                    messages.append({"role": "system", "content": note})
             request = ChatRequest(
                 messages=messages,
                 tools=tools,
@@ -507,6 +533,7 @@ class TurnRunner:
                         tool_outputs=turn.tool_outputs,
                         ts=message.ts,
                         input_id=message.id,
+                        media_digests=turn.media_digests,
                     )
                 )
             except Exception:

@@ -8,6 +8,8 @@ daemon's internals.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -184,6 +186,38 @@ class ConfigDef:
     @property
     def is_secret(self) -> bool:
         return self.secret or self.type == "password"
+
+
+@dataclass(frozen=True)
+class MediaBlock:
+    """One image (or other file) that goes with an input, a document or a tool result.
+
+    Either the bytes (``data``, kept in the media store on arrival) or the
+    ``digest`` of an item the store has already; plugins over RPC send bytes
+    as a data URL (:meth:`from_data_url`), as the original protocol decided.
+    ``mime`` is a claim only: the store reads the real type from the bytes.
+    ``description`` is what memory keeps when the bytes are gone.
+    """
+
+    mime: str = ""
+    data: bytes = b""
+    digest: str = ""
+    description: str = ""
+
+    @classmethod
+    def from_data_url(cls, url: str, *, description: str = "") -> MediaBlock:
+        """``data:<mime>;base64,<data>``; anything else is a ``ValueError`` saying what is wrong."""
+        head, sep, body = url.partition(",")
+        if not sep or not head.startswith("data:") or not head.endswith(";base64"):
+            raise ValueError("media must be a data URL: data:<mime>;base64,<data>")
+        try:
+            data = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("the data URL's base64 is not valid") from None
+        return cls(mime=head[5:-7].strip(), data=data, description=description)
+
+    def data_url(self) -> str:
+        return f"data:{self.mime or 'application/octet-stream'};base64,{base64.b64encode(self.data).decode()}"
 
 
 @dataclass

@@ -1,0 +1,192 @@
+"""The media turn path end to end: an image with an input reaches each provider in its own wire format.
+
+A real daemon, real Lua adapters, loopback fakes that speak each provider's
+API and refuse image blocks the real one would refuse (tests/fakes/llm_*.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from homeagent.daemon import Daemon
+from homeagent.memory.media import gc_pass
+from homeagent.paths import DataPaths
+from homeagent.providers.base import IMAGE_NOT_SEEN
+from homeagent.sdk.types import MediaBlock
+from tests.conftest import run_cli
+from tests.fakes.llm_anthropic import FakeAnthropic
+from tests.fakes.llm_gemini import FakeGemini
+from tests.fakes.llm_ollama import FakeOllama
+from tests.fakes.llm_openai import FakeOpenAI, Turn
+from tests.fakes.webui_fixtures import start_web
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(100))
+B64 = base64.b64encode(PNG).decode()
+FLAG = MediaBlock(mime="image/gif", data=PNG, description="flag.gif")  # the claimed type lies: the bytes are PNG
+
+FAKES: dict[str, Any] = {"openai": FakeOpenAI, "anthropic": FakeAnthropic, "gemini": FakeGemini,
+                         "ollama": FakeOllama}
+
+
+@pytest.fixture
+async def daemon(data_dir: Path) -> AsyncIterator[Daemon]:
+    d = Daemon(DataPaths(data_dir), web=False)
+    await d.start()
+    try:
+        yield d
+    finally:
+        await d.stop()
+
+
+async def add_source(d: Daemon, name: str, server: Any, adapter: str, *, vision: bool, priority: int = 0) -> None:
+    values = {"base_url": server.base_url, "adapter": adapter, "model": "m", "api_key": f"sk-{name}-0123456789",
+              "vision": vision, "priority": priority}
+    for key, value in values.items():
+        d.config.set(f"core.llm.sources.{name}.{key}", value)
+    await d.llm.reload()
+
+
+def _digest() -> str:
+    return hashlib.sha256(PNG).hexdigest()
+
+
+def user_events(d: Daemon) -> list[Any]:
+    return [e for e in d.context.timeline() if e.kind == "user"]
+
+
+@pytest.mark.parametrize("adapter", sorted(FAKES))
+async def test_an_image_reaches_each_provider_in_its_own_wire_format(daemon: Daemon, adapter: str) -> None:
+    async with FAKES[adapter]() as fake:
+        await add_source(daemon, "eyes", fake, adapter, vision=True)
+        fake.script(Turn.text("a striped flag"))
+        result = await daemon.io.inject_sync("test", "test", "what is on this flag?", media=[FLAG])
+        assert result.ok and result.text == "a striped flag", result.error
+        body = fake.requests[0].body
+        assert fake.images(body) == [("image/png", PNG)]  # the type read from the bytes, not the claimed gif
+        short = _digest()[:12]
+        text = f"what is on this flag?\n[image/png {short}] flag.gif"
+        if adapter == "openai":
+            assert body["messages"][-1] == {"role": "user", "content": [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}}]}
+        elif adapter == "anthropic":
+            assert body["messages"][-1] == {"role": "user", "content": [
+                {"type": "text", "text": text},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": B64}}]}
+        elif adapter == "gemini":
+            assert body["contents"][-1] == {"role": "user", "parts": [
+                {"text": text}, {"inlineData": {"mimeType": "image/png", "data": B64}}]}
+        else:
+            assert body["messages"][-1] == {"role": "user", "content": text, "images": [B64]}
+        # memory keeps the marker, never the bytes
+        assert user_events(daemon)[-1].input == text
+
+
+async def test_a_model_without_vision_gets_the_fallback_sources_description(daemon: Daemon) -> None:
+    async with FakeOpenAI() as blind, FakeOpenAI() as eyes:
+        await add_source(daemon, "blind", blind, "openai", vision=False, priority=10)
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        daemon.config.set("core.input_processing.image.fallback_provider", "eyes")
+        daemon.config.set("core.input_processing.image.fallback_model", "vision-model")
+        daemon.config.set("core.input_processing.image.describe_prompt", "Describe the image.")
+        daemon.config.set("core.input_processing.image.ocr_enabled", False)
+        eyes.script(Turn.text("A purple, blue and red striped flag."))
+        blind.script(Turn.text("That is the parade flag."))
+        result = await daemon.io.inject_sync("test", "test", "what is this?", media=[FLAG])
+        assert result.ok and result.source == "blind", result.error
+        (asked,) = eyes.requests
+        assert asked.body["model"] == "vision-model" and not asked.body.get("stream")
+        assert asked.body["messages"] == [{"role": "user", "content": [
+            {"type": "text", "text": "Describe the image."},
+            {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}}]}]
+        (sent,) = blind.requests
+        assert blind.images(sent.body) == []  # no image part reached the model that cannot see
+        marker = f"[image/png {_digest()[:12]}] A purple, blue and red striped flag."
+        assert sent.body["messages"][-1] == {"role": "user", "content": f"what is this?\n{marker}"}
+        assert daemon.media is not None
+        assert (await daemon.media.ainfo(_digest())).description == "A purple, blue and red striped flag."
+        assert user_events(daemon)[-1].input == f"what is this?\n{marker}"
+
+        # the describer failing is said in the turn, which still runs
+        eyes.script(Turn.error(500), Turn.error(500), Turn.error(500))
+        blind.script(Turn.text("I cannot tell."))
+        other = MediaBlock(data=PNG + b"2", description="other.png")
+        again = await daemon.io.inject_sync("test", "test", "and this?", media=[other])
+        assert again.ok
+        last = blind.requests[-1].body["messages"][-1]["content"]
+        assert "other.png (the image could not be described:" in last
+
+
+async def test_no_describer_and_the_offline_provider_still_answer(daemon: Daemon) -> None:
+    result = await daemon.io.inject_sync("test", "test", "look", media=[FLAG])
+    assert result.ok and result.source == "offline" and result.text
+    (event,) = user_events(daemon)
+    assert event.input == f"look\n[image/png {_digest()[:12]}] flag.gif"  # no note about vision in memory
+
+
+async def test_fallback_to_a_source_without_vision_drops_the_image_parts(daemon: Daemon) -> None:
+    async with FakeOpenAI() as eyes, FakeAnthropic() as blind:
+        await add_source(daemon, "eyes", eyes, "openai", vision=True, priority=10)
+        await add_source(daemon, "blind", blind, "anthropic", vision=False)
+        eyes.script(Turn.error(503))
+        blind.script(Turn.text("answered blind"))
+        result = await daemon.io.inject_sync("test", "test", "see?", media=[FLAG])
+        assert result.ok and result.source == "blind"
+        assert eyes.images(eyes.requests[0].body) == [("image/png", PNG)]
+        content = blind.requests[0].body["messages"][-1]["content"]
+        assert blind.images(blind.requests[0].body) == []
+        assert content == [{"type": "text", "text": f"see?\n[image/png {_digest()[:12]}] flag.gif\n{IMAGE_NOT_SEEN}"}]
+
+
+async def test_context_references_keep_the_bytes_until_the_event_leaves_the_window(daemon: Daemon) -> None:
+    store = daemon.media
+    assert store is not None
+    await daemon.io.inject_sync("test", "test", "keep this picture", media=[FLAG])
+    (event,) = user_events(daemon)
+    assert event.meta["media"] == [_digest()]
+    refs = await store.arefs_of(_digest())
+    assert [(r["owner_kind"], r["owner_id"]) for r in refs] == [("context", event.id)]
+    report = await gc_pass(store, daemon._media_owners(), 0.0)
+    assert report.swept == 0 and (await store.ainfo(_digest())).state == "present"  # in the live context
+
+    daemon.context.top_k, daemon.context.keep_recent = 1, 1  # compaction: the event sinks into the documents
+    await daemon.io.inject_sync("test", "test", "something else entirely")
+    assert all(e.id != event.id for e in daemon.context.timeline())
+    report = await gc_pass(store, daemon._media_owners(), 0.0)
+    assert report.refs_dropped == 1 and report.swept == 1
+    info = await store.ainfo(_digest())
+    assert info.state == "evicted" and info.description == "flag.gif"  # the description outlives the bytes
+
+
+async def test_web_upload_and_ask_image_send_the_image(daemon: Daemon, data_dir: Path, tmp_path: Path) -> None:
+    async with FakeOpenAI() as eyes:
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        web = await start_web(daemon)
+        try:
+            async with web.client() as c:
+                up = await c.post("/api/v1/chat/file", data={"inject": "false"},
+                                  files=[("file", ("flag.gif", PNG, "image/gif"))])
+                digest = up.json()["files"][0]["media"]["digest"]
+                eyes.script(Turn.text("seen from the web"))
+                sent = await c.post("/api/v1/chat", json={"text": "look at my upload", "media": [digest]})
+                assert sent.status_code == 200 and sent.json()["text"] == "seen from the web", sent.text
+                assert eyes.images(eyes.requests[-1].body) == [("image/png", PNG)]
+                bad = await c.post("/api/v1/chat", json={"text": "x", "media": ["0" * 64]})
+                assert bad.status_code == 400 and "media" in bad.json()["error"]
+                assert len(eyes.requests) == 1  # nothing was sent for the refused message
+                worse = await c.post("/api/v1/chat", json={"text": "x", "media": "abc"})
+                assert worse.status_code == 400
+        finally:
+            await web.server.close()
+        image = tmp_path / "photo.jpg"
+        image.write_bytes(b"\xff\xd8\xff\xe0" + bytes(200))
+        eyes.script(Turn.text("a photo"))
+        asked = await run_cli(data_dir, "ask", "--image", str(image), "what is this photo?")
+        assert asked.code == 0 and "a photo" in asked.out, asked.err
+        assert eyes.images(eyes.requests[-1].body) == [("image/jpeg", image.read_bytes())]
