@@ -25,22 +25,30 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from homeagent.memory.media import MediaError, MediaInfo, MediaStore, marker
+from homeagent.memory.media.inputs import MAX_BLOCKS, check_blocks
 from homeagent.memory.media.sniff import sniff_mime
 from homeagent.sdk.types import MediaBlock
 
-__all__ = ["NOT_SEEN_NOTE", "ImageDescriber", "MediaContent", "MediaInput", "MediaTurnPath"]
+__all__ = ["MAX_BLOCKS", "NOT_SEEN_NOTE", "TOOL_BLOCKS", "ImageDescriber", "MediaContent", "MediaInput",
+           "MediaTurnPath", "check_blocks"]
 
 log = logging.getLogger("homeagent.agent.media")
 
 NOT_SEEN_NOTE = "(the current model cannot see images and no image describer is configured)"
 UNREADABLE_NOTE = "(the bytes could not be read: {error})"
 UNSENDABLE_NOTE = "(this image type cannot be sent to a model; PNG, JPEG, GIF and WebP can)"
+
+TOOL_BLOCKS: contextvars.ContextVar[list[MediaBlock] | None] = contextvars.ContextVar("tool_blocks", default=None)
+"""Where ``set_tool_blocks`` puts media while a tool call runs (the turn runner sets a fresh list per call);
+None outside a tool call. The media reach the model with the next LLM call, after the tool results."""
+
 
 VISION_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 """Image types every provider with vision accepts; others stay a marker."""

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from homeagent.agent.gate import ToolGate
-from homeagent.agent.media_input import MediaInput
+from homeagent.agent.media_input import TOOL_BLOCKS, MediaInput
 from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
 from homeagent.agent.origin import TURN_ORIGIN
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
@@ -54,7 +54,7 @@ from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import CONSOLIDATION_CHANNEL, InputMessage, TurnResult
 from homeagent.memory.textlog import TextLog
 from homeagent.providers.base import ChatRequest, ChatResponse, ProviderError, StreamChunk
-from homeagent.sdk.types import Origin, Stage, StageContext, ToolCall, ToolDef, ToolResult
+from homeagent.sdk.types import MediaBlock, Origin, Stage, StageContext, ToolCall, ToolDef, ToolResult
 
 log = logging.getLogger("homeagent.agent")
 
@@ -127,6 +127,7 @@ class _Turn:
     values: TurnValues = field(default_factory=TurnValues)
     no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
     media_digests: list[str] = field(default_factory=list)  # the input's stored media (context references)
+    tool_blocks: list[tuple[str, list[MediaBlock]]] = field(default_factory=list)  # set_tool_blocks, not yet sent
     refused_rounds: int = 0  # rounds whose every call the approval gate refused
 
     async def frame(self, frame: dict[str, Any]) -> None:
@@ -396,7 +397,20 @@ class TurnRunner:
             raise
         for call, result in zip(calls, results, strict=True):
             messages.append(_tool_message(call, result_text(result)))
+        await self._tool_media(turn, messages)
         return results
+
+    async def _tool_media(self, turn: _Turn, messages: list[dict[str, Any]]) -> None:
+        """Media a tool handed over (``set_tool_blocks``) reach the model after the tool results, as a user message:
+        no provider takes images inside a tool result of every kind, all take them in a user turn."""
+        pending, turn.tool_blocks = turn.tool_blocks, []
+        for name, blocks in pending:
+            note = f"[media from the tool {name}]"
+            if self.media is None:
+                messages.append({"role": "user", "content": note})
+                continue
+            prepared = await self.media.prepare(note, blocks, source=f"tool:{name}")
+            messages.append({"role": "user", "content": prepared.content})
 
     async def _admit(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> bool:
         """Ask the gate (policy, maybe the owner) before the call runs; a refusal marks it denied."""
@@ -444,7 +458,14 @@ class TurnRunner:
                         "cannot change settings, manage plugins or start sub-agents)"},
             )
         else:
-            result = await self.tools.execute(call, timeout=turn.values.tool_timeout)
+            blocks: list[MediaBlock] = []
+            token = TOOL_BLOCKS.set(blocks)  # the handler's set_tool_blocks lands here
+            try:
+                result = await self.tools.execute(call, timeout=turn.values.tool_timeout)
+            finally:
+                TOOL_BLOCKS.reset(token)
+            if blocks:
+                turn.tool_blocks.append((call.name, blocks))
         call_ctx.tool_result = result
         if await self.stages.run(Stage.AFTER_TOOLCALL, call_ctx):
             ctx.response = call_ctx.response

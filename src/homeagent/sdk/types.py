@@ -219,6 +219,32 @@ class MediaBlock:
     def data_url(self) -> str:
         return f"data:{self.mime or 'application/octet-stream'};base64,{base64.b64encode(self.data).decode()}"
 
+    def to_json(self) -> dict[str, str]:
+        """The wire form (RPC): ``{"data": <data URL>}`` or ``{"digest": ...}``, with ``description``."""
+        out = {"data": self.data_url()} if self.data else {"digest": self.digest, "mime": self.mime}
+        if self.description:
+            out["description"] = self.description
+        return out
+
+    @classmethod
+    def from_json(cls, value: Any) -> MediaBlock:
+        """The wire form back; a ``ValueError`` says what is wrong."""
+        if not isinstance(value, dict):
+            raise ValueError("a media block is an object with 'data' (a data URL) or 'digest'")
+        unknown = sorted(set(value) - {"data", "digest", "mime", "description"})
+        if unknown:
+            raise ValueError(f"unknown media block field(s): {', '.join(unknown)}")
+        description = value.get("description") or ""
+        if not isinstance(description, str):
+            raise ValueError("a media block's 'description' must be a string")
+        data, digest = value.get("data"), value.get("digest")
+        if isinstance(data, str) and data:
+            return cls.from_data_url(data, description=description)
+        if isinstance(digest, str) and digest.strip():
+            mime = value.get("mime") or ""
+            return cls(mime=mime if isinstance(mime, str) else "", digest=digest.strip(), description=description)
+        raise ValueError("a media block needs 'data' (a data URL) or 'digest'")
+
 
 @dataclass
 class InjectOptions:
