@@ -6,6 +6,7 @@ API and refuse image blocks the real one would refuse (tests/fakes/llm_*.py).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from collections.abc import AsyncIterator
@@ -190,3 +191,22 @@ async def test_web_upload_and_ask_image_send_the_image(daemon: Daemon, data_dir:
         asked = await run_cli(data_dir, "ask", "--image", str(image), "what is this photo?")
         assert asked.code == 0 and "a photo" in asked.out, asked.err
         assert eyes.images(eyes.requests[-1].body) == [("image/jpeg", image.read_bytes())]
+
+
+async def test_an_interrupt_with_media_reaches_the_running_turns_next_call(daemon: Daemon) -> None:
+    async with FakeOpenAI() as eyes:
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        eyes.script(Turn.slow("thinking about it " * 10, chunks=40, delay=0.05), Turn.text("now I see the door"))
+        turn = asyncio.ensure_future(daemon.io.inject_sync("test", "test", "watch the door"))
+        for _ in range(200):
+            if eyes.requests:
+                break
+            await asyncio.sleep(0.02)
+        daemon.io.inject_interrupt_text("camera", "camera", "someone is there", media=[FLAG])
+        result = await asyncio.wait_for(turn, 30)
+        assert result.ok and result.text == "now I see the door", result.error
+        first, second = eyes.requests
+        assert eyes.images(first.body) == []
+        last = second.body["messages"][-1]
+        assert last["role"] == "user" and last["content"][0]["text"].startswith("[打断消息] (camera) someone is there\n")
+        assert eyes.images(second.body) == [("image/png", PNG)]
