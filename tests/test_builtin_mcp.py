@@ -68,7 +68,7 @@ async def test_tools_are_registered_called_and_survive_a_crash(
                           "env": {"MCP_START_LOG": str(starts)}}], ping_interval="300ms", max_backoff="1s")
     async with started(services, "mcp") as plugin:
         await wait_for(lambda: bool(tool_names(services, "calc_")))
-        assert tool_names(services, "calc_") == {"calc_add", "calc_shout", "calc_fail", "calc_die"}
+        assert tool_names(services, "calc_") == {"calc_add", "calc_shout", "calc_fail", "calc_die", "calc_picture"}
         assert "liar" in caplog.text and "skipped" in caplog.text  # the lying schema is refused, with a log line
         add = services.tools.get("calc_add")
         assert add is not None and add.description.startswith("[MCP/calc] Add two integers")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -210,3 +212,26 @@ async def test_an_interrupt_with_media_reaches_the_running_turns_next_call(daemo
         last = second.body["messages"][-1]
         assert last["role"] == "user" and last["content"][0]["text"].startswith("[打断消息] (camera) someone is there\n")
         assert eyes.images(second.body) == [("image/png", PNG)]
+
+
+async def test_an_image_from_an_mcp_tool_reaches_the_model_after_the_result(daemon: Daemon) -> None:
+    server = str(Path(__file__).parent / "fakes" / "mcp_stdio_server.py")
+    async with FakeOpenAI() as eyes:
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        daemon.config.set("plugin.mcp.servers", json.dumps([{"name": "calc", "command": sys.executable,
+                                                               "args": [server]}]))
+        await daemon.plugins.reload_one("mcp")
+        for _ in range(600):
+            if daemon.tools.get("calc_picture") is not None:
+                break
+            await asyncio.sleep(0.05)
+        eyes.script(Turn.tool_calls([("calc_picture", {})]), Turn.text("a tiny picture"))
+        result = await daemon.io.inject_sync("test", "test", "take a picture", timeout=60)
+        assert result.ok and result.text == "a tiny picture", result.error
+        picture = b"\x89PNG\r\n\x1a\n" + b"mcp picture" + bytes(32)
+        messages = eyes.requests[1].body["messages"]
+        tool_at = next(i for i, m in enumerate(messages) if m["role"] == "tool")
+        assert messages[tool_at]["content"] == f"[image image/png, {len(picture)} bytes: shown to you after this result]"
+        assert eyes.images(eyes.requests[1].body) == [("image/png", picture)]
+        assert daemon.media is not None  # kept in the store like any other media
+        assert (await daemon.media.ainfo(hashlib.sha256(picture).hexdigest())).source == "tool:calc_picture"
