@@ -235,3 +235,33 @@ async def test_an_image_from_an_mcp_tool_reaches_the_model_after_the_result(daem
         assert eyes.images(eyes.requests[1].body) == [("image/png", picture)]
         assert daemon.media is not None  # kept in the store like any other media
         assert (await daemon.media.ainfo(hashlib.sha256(picture).hexdigest())).source == "tool:calc_picture"
+
+
+async def test_ocr_asks_the_fallback_source_twice_and_joins_the_answers(daemon: Daemon) -> None:
+    async with FakeOpenAI() as blind, FakeOpenAI() as eyes:
+        await add_source(daemon, "blind", blind, "openai", vision=False, priority=10)
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        daemon.config.set("core.input_processing.image.fallback_provider", "eyes")
+        daemon.config.set("core.input_processing.image.describe_prompt", "Describe the image.")
+        daemon.config.set("core.input_processing.image.ocr_prompt", "Read the text in the image.")
+        eyes.script(Turn.text("STOP"), Turn.text("STOP"))  # the two run at once: either may arrive first
+        blind.script(Turn.text("It says stop."))
+        result = await daemon.io.inject_sync("test", "test", "what does the sign say?", media=[FLAG])
+        assert result.ok, result.error
+        prompts = {r.body["messages"][0]["content"][0]["text"] for r in eyes.requests}
+        assert prompts == {"Describe the image.", "Read the text in the image."}
+        said = blind.requests[0].body["messages"][-1]["content"]
+        assert said.endswith(f"[image/png {_digest()[:12]}] STOP — text in the image: STOP")
+
+
+def test_media_blocks_on_the_wire_refuse_what_is_not_a_data_url() -> None:
+    block = MediaBlock.from_json({"data": f"data:image/png;base64,{B64}", "description": "flag"})
+    assert block == MediaBlock(mime="image/png", data=PNG, description="flag")
+    assert MediaBlock.from_json(block.to_json()) == block
+    for bad, error in (({"data": "https://example.org/a.png"}, "must be a data URL"),
+                       ({"data": "data:image/png;base64,@@@"}, "base64 is not valid"),
+                       ({"digest": "  "}, "needs 'data'"),
+                       ({"data": "data:,x", "extra": 1}, "unknown media block field"),
+                       ("data:image/png;base64,AAAA", "is an object")):
+        with pytest.raises(ValueError, match=error):
+            MediaBlock.from_json(bad)
