@@ -265,3 +265,28 @@ def test_media_blocks_on_the_wire_refuse_what_is_not_a_data_url() -> None:
                        ("data:image/png;base64,AAAA", "is an object")):
         with pytest.raises(ValueError, match=error):
             MediaBlock.from_json(bad)
+
+
+async def test_media_look_is_offered_only_while_the_turn_has_an_unseen_image(daemon: Daemon) -> None:
+    def tool_names(body: dict[str, Any]) -> set[str]:
+        return {t["function"]["name"] for t in body.get("tools") or []}
+
+    async with FakeOpenAI() as blind, FakeOpenAI() as eyes:
+        await add_source(daemon, "blind", blind, "openai", vision=False, priority=10)
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        daemon.config.set("core.input_processing.image.fallback_provider", "eyes")
+        daemon.config.set("core.input_processing.image.ocr_enabled", False)
+        eyes.script(Turn.text("A car in front of a house."), Turn.text("AB-123"))
+        blind.script(Turn.tool_calls([("media_look", {"question": "What is the number plate?"})]),
+                     Turn.text("The plate reads AB-123."))
+        result = await daemon.io.inject_sync("test", "test", "whose car is this?", media=[FLAG])
+        assert result.ok and result.text == "The plate reads AB-123.", result.error
+        assert "media_look" in tool_names(blind.requests[0].body)
+        asked = eyes.requests[1].body["messages"][0]["content"]
+        assert asked[0] == {"type": "text", "text": "What is the number plate?"} and eyes.images(eyes.requests[1].body)
+        answer = next(m for m in blind.requests[1].body["messages"] if m["role"] == "tool")
+        assert answer["content"] == "AB-123"
+
+        blind.script(Turn.text("hello"))
+        await daemon.io.inject_sync("test", "test", "just text")
+        assert "media_look" not in tool_names(blind.requests[-1].body)

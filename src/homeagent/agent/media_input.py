@@ -36,8 +36,17 @@ from homeagent.memory.media.inputs import MAX_BLOCKS, check_blocks
 from homeagent.memory.media.sniff import sniff_mime
 from homeagent.sdk.types import MediaBlock
 
-__all__ = ["MAX_BLOCKS", "NOT_SEEN_NOTE", "TOOL_BLOCKS", "ImageDescriber", "MediaContent", "MediaInput",
-           "MediaTurnPath", "check_blocks"]
+__all__ = [
+    "MAX_BLOCKS",
+    "NOT_SEEN_NOTE",
+    "TOOL_BLOCKS",
+    "ImageDescriber",
+    "MediaContent",
+    "MediaInput",
+    "MediaTurnPath",
+    "UnseenImage",
+    "check_blocks",
+]
 
 log = logging.getLogger("homeagent.agent.media")
 
@@ -63,12 +72,28 @@ class MediaContent:
     digests: list[str] = field(default_factory=list)  # stored items of this input (context references)
     images: int = 0  # images sent as image parts
     described: int = 0  # images that went in as a description
+    unseen: list[UnseenImage] = field(default_factory=list)  # images the model got as text only (media_look)
+
+
+@dataclass(frozen=True)
+class UnseenImage:
+    """An image of this turn that the model could not see: ``media_look`` asks the describer about it."""
+
+    label: str  # the 12-hex short digest of its marker ("" with the store off)
+    mime: str
+    data: bytes
 
 
 class MediaInput(Protocol):
     """What the turn runner needs: an input's text and media as the user message content."""
 
     async def prepare(self, text: str, media: Sequence[MediaBlock], *, source: str = "") -> MediaContent: ...
+
+    def can_look(self) -> bool:
+        """Whether ``look`` can answer (an image describer is configured)."""
+        ...
+
+    async def look(self, image: UnseenImage, question: str) -> str: ...
 
 
 class ImageDescriber(Protocol):
@@ -77,6 +102,8 @@ class ImageDescriber(Protocol):
     def available(self) -> bool: ...
 
     async def describe(self, data: bytes, mime: str) -> str: ...
+
+    async def ask(self, data: bytes, mime: str, prompt: str) -> str: ...
 
 
 @dataclass
@@ -126,7 +153,9 @@ class MediaTurnPath:
             if vision:
                 parts.append({"type": "image_url", "image_url": {"url": _data_url(item.mime, item.data)}})
                 out.images += 1
-            elif self.describer is not None and self.describer.available():
+                continue
+            out.unseen.append(UnseenImage(item.info.short if item.info else "", item.mime, item.data))
+            if self.describer is not None and self.describer.available():
                 to_describe.append(item)
                 describe.append(self.describer.describe(item.data, item.mime))
         descriptions = await asyncio.gather(*describe, return_exceptions=True)
@@ -161,6 +190,14 @@ class MediaTurnPath:
         model_text = _joined(text, said)
         out.content = [{"type": "text", "text": model_text}, *parts] if parts else model_text
         return out
+
+    def can_look(self) -> bool:
+        return self.describer is not None and self.describer.available()
+
+    async def look(self, image: UnseenImage, question: str) -> str:
+        if self.describer is None or not self.describer.available():
+            raise MediaError("no image describer is configured (core.input_processing.image.fallback_provider)")
+        return await self.describer.ask(image.data, image.mime, question)
 
     async def _item(self, block: MediaBlock, source: str) -> _Item:
         """The block's bytes, kept in (or read back from) the store when there is one."""

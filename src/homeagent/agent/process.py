@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from homeagent.agent.gate import ToolGate
-from homeagent.agent.media_input import TOOL_BLOCKS, MediaInput
+from homeagent.agent.media_input import TOOL_BLOCKS, MediaInput, UnseenImage
 from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
 from homeagent.agent.origin import TURN_ORIGIN
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
@@ -52,6 +52,7 @@ from homeagent.agent.tools import ToolRegistry, result_text
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import CONSOLIDATION_CHANNEL, InputMessage, TurnResult
+from homeagent.memory.media import MediaError
 from homeagent.memory.textlog import TextLog
 from homeagent.providers.base import ChatRequest, ChatResponse, ProviderError, StreamChunk
 from homeagent.sdk.types import MediaBlock, Origin, Stage, StageContext, ToolCall, ToolDef, ToolResult
@@ -128,6 +129,7 @@ class _Turn:
     no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
     media_digests: list[str] = field(default_factory=list)  # the input's stored media (context references)
     tool_blocks: list[tuple[str, list[MediaBlock]]] = field(default_factory=list)  # set_tool_blocks, not yet sent
+    unseen: list[UnseenImage] = field(default_factory=list)  # the input's images the model got as text (media_look)
     refused_rounds: int = 0  # rounds whose every call the approval gate refused
 
     async def frame(self, frame: dict[str, Any]) -> None:
@@ -228,6 +230,10 @@ class TurnRunner:
         if await self.stages.run(Stage.PRE_ACTION, ctx):
             return ctx.response or ""
         tool_defs, openai_tools = self._tool_lists()
+        if turn.unseen and self.media is not None and self.media.can_look():
+            # the fifth tool source: offered only while this turn has images the model could not see
+            look = media_look_def()
+            tool_defs, openai_tools = [*tool_defs, look], [*openai_tools, look.to_openai()]
         system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs))
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
@@ -247,6 +253,7 @@ class TurnRunner:
         prepared = await self.media.prepare(ctx.raw_message, message.media, source=message.source or message.channel)
         ctx.raw_message = prepared.text
         turn.media_digests = prepared.digests
+        turn.unseen = prepared.unseen
         ctx.extra["media"] = {"digests": prepared.digests, "images": prepared.images, "described": prepared.described}
         return prepared.content
 
@@ -446,6 +453,8 @@ class TurnRunner:
                 status="denied",
                 result=content,
             )
+        elif call.name == MEDIA_LOOK and turn.unseen:
+            result = await self._media_look(call, turn)
         elif not self._offered(call.name):
             # the filter must hold for calls too: a model can name a tool it was not offered
             result = ToolResult(
@@ -495,6 +504,26 @@ class TurnRunner:
             },
         )
         return result
+
+    async def _media_look(self, call: ToolCall, turn: _Turn) -> ToolResult:
+        """``media_look``: a question about one of this turn's images, answered by the image describer."""
+        assert self.media is not None
+        question = str(call.arguments.get("question", "")).strip()
+        wanted = str(call.arguments.get("image", "") or "").strip().lower()
+        image = next((i for i in turn.unseen if not wanted or (i.label and i.label.startswith(wanted[:12]))), None)
+        started = time.perf_counter()
+        if not question or image is None:
+            labels = ", ".join(i.label for i in turn.unseen if i.label) or "(no digests: the media store is off)"
+            why = "a non-empty 'question'" if not question else f"'image' to be one of {labels}"
+            content: Any = {"isError": True, "content": f"media_look needs {why}"}
+        else:
+            try:
+                content = await self.media.look(image, question)
+            except (ProviderError, MediaError, TimeoutError) as exc:
+                content = {"isError": True, "content": f"the image describer failed: {exc}"}
+        ok = not (isinstance(content, dict) and content.get("isError"))
+        return ToolResult(call_id=call.id, name=call.name, plugin="media", success=ok, status="ok" if ok else "error",
+                          result=content, duration_ms=(time.perf_counter() - started) * 1000)
 
     def _offered(self, name: str) -> bool:
         """Whether this runner offers tool ``name`` (an unknown name is left to the registry's error)."""
@@ -632,6 +661,29 @@ class TurnRunner:
         if not targets:
             log.info("reply to input %s on channel %r reached no output channel (see core.agent.proactive_channels)",
                      message.id, wanted)
+
+
+MEDIA_LOOK = "media_look"
+
+
+def media_look_def() -> ToolDef:
+    """The media tool's definition (a fresh one: tool definitions are mutable objects)."""
+    return ToolDef(
+        name=MEDIA_LOOK,
+        description=(
+            "Ask a model that can see a question about an image attached to this message (you got only its "
+            "description). 'image': the 12-hex digest from its marker (default: the first image)."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "description": "what to look for or read in the image"},
+                "image": {"type": "string", "description": "digest from the image's marker, e.g. a1b2c3d4e5f6"},
+            },
+            "required": ["question"],
+        },
+        plugin="media",
+    )
 
 
 def _by_approval(result: ToolResult) -> bool:

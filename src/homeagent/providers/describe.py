@@ -44,28 +44,27 @@ class FallbackDescriber:
         name = self.settings.source().strip()
         return bool(name) and self.manager.get(name) is not None
 
-    async def describe(self, data: bytes, mime: str) -> str:
-        """The description (and, with OCR on, the text read from the image); ProviderError when the source fails."""
+    async def ask(self, data: bytes, mime: str, prompt: str) -> str:
+        """One question about the image to the fallback source; ProviderError when it fails."""
         name = self.settings.source().strip()
         provider = self.manager.get(name)
         if provider is None:
             raise ProviderError(f"image fallback source {name!r} is not configured", kind="client", source=name)
         url = f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
-        model = self.settings.model().strip() or None
+        request = ChatRequest(
+            messages=[{"role": "user", "content": [{"type": "text", "text": prompt},
+                                                   {"type": "image_url", "image_url": {"url": url}}]}],
+            model=self.settings.model().strip() or None,
+        )
+        response = await asyncio.wait_for(provider.chat(request), self.timeout)
+        return response.content.strip()
 
-        async def ask(prompt: str) -> str:
-            request = ChatRequest(
-                messages=[{"role": "user", "content": [{"type": "text", "text": prompt},
-                                                       {"type": "image_url", "image_url": {"url": url}}]}],
-                model=model,
-            )
-            response = await asyncio.wait_for(provider.chat(request), self.timeout)
-            return response.content.strip()
-
+    async def describe(self, data: bytes, mime: str) -> str:
+        """The description (and, with OCR on, the text read from the image); ProviderError when the source fails."""
         prompts = [self.settings.describe_prompt()]
         if self.settings.ocr_enabled() and self.settings.ocr_prompt().strip():
             prompts.append(self.settings.ocr_prompt())
-        answers = await asyncio.gather(*(ask(p) for p in prompts))
+        answers = await asyncio.gather(*(self.ask(data, mime, p) for p in prompts))
         description = answers[0]
         if len(answers) > 1 and answers[1]:
             description = f"{description} — text in the image: {answers[1]}"
