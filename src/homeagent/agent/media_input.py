@@ -129,13 +129,10 @@ class MediaTurnPath:
         store: MediaStore | None,
         sees_images: Callable[[], bool],
         describer: ImageDescriber | None = None,
-        *,
-        max_bytes: Callable[[], int] = lambda: 20 * 1024 * 1024,
     ) -> None:
         self.store = store
         self.sees_images = sees_images
         self.describer = describer
-        self.max_bytes = max_bytes
 
     async def prepare(self, text: str, media: Sequence[MediaBlock], *, source: str = "") -> MediaContent:
         items = [await self._item(block, source) for block in media]
@@ -169,6 +166,7 @@ class MediaTurnPath:
                 continue
             description = " ".join(str(found).split())
             if not description:
+                notes[id(item)] = "(the image describer returned no description)"
                 continue
             out.described += 1
             await self._adopt(item, description)
