@@ -290,3 +290,22 @@ async def test_media_look_is_offered_only_while_the_turn_has_an_unseen_image(dae
         blind.script(Turn.text("hello"))
         await daemon.io.inject_sync("test", "test", "just text")
         assert "media_look" not in tool_names(blind.requests[-1].body)
+
+
+async def test_an_evicted_or_unknown_digest_still_runs_the_turn_and_says_why(daemon: Daemon) -> None:
+    store = daemon.media
+    assert store is not None
+    kept = (await store.aput_bytes(PNG, description="old flag")).info
+    assert (await store.agc(0.0)).swept == 1  # unreferenced: its bytes go, its description stays
+    async with FakeOpenAI() as eyes:
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        eyes.script(Turn.text("I only have the description"))
+        result = await daemon.io.inject_sync("test", "test", "remember this?",
+                                             media=[MediaBlock(digest=kept.digest), MediaBlock(digest="f" * 64)])
+        assert result.ok, result.error
+        said = eyes.requests[0].body["messages"][-1]["content"]
+        assert isinstance(said, str) and eyes.images(eyes.requests[0].body) == []
+        first, second = said.split("\n")[1:]
+        assert first.startswith(f"[image/png {kept.short}] old flag (the bytes could not be read: ")
+        assert "evicted" in first
+        assert second.startswith("[file: ffffffffffff] (the bytes could not be read: ")
