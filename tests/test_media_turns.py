@@ -309,3 +309,18 @@ async def test_an_evicted_or_unknown_digest_still_runs_the_turn_and_says_why(dae
         assert first.startswith(f"[image/png {kept.short}] old flag (the bytes could not be read: ")
         assert "evicted" in first
         assert second.startswith("[file: ffffffffffff] (the bytes could not be read: ")
+
+
+async def test_a_socket_chat_frame_with_bad_media_is_refused(daemon: Daemon) -> None:
+    from homeagent.cli.client import Client
+
+    client = await Client.connect(daemon.paths.socket)
+    try:
+        await client.send({"type": "chat", "text": "x", "media": "not a list"})
+        frame = await asyncio.wait_for(client.frames.get(), 5)
+        while frame.get("type") != "error":
+            frame = await asyncio.wait_for(client.frames.get(), 5)
+        assert "'media' must be a list of at most 10 digests" in frame["message"]
+        assert daemon.io.pending_inputs() == 0 and daemon.agent.turns == 0
+    finally:
+        await client.close()
