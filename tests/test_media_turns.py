@@ -324,3 +324,26 @@ async def test_a_socket_chat_frame_with_bad_media_is_refused(daemon: Daemon) -> 
         assert daemon.io.pending_inputs() == 0 and daemon.agent.turns == 0
     finally:
         await client.close()
+
+
+async def test_the_openai_compatible_endpoint_passes_data_url_images_on(daemon: Daemon) -> None:
+    import openai
+
+    async with FakeOpenAI() as eyes:
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        web = await start_web(daemon)
+        try:
+            async with openai.AsyncOpenAI(base_url=web.url + "v1", api_key=web.token, max_retries=0) as oa:
+                eyes.script(Turn.text("a flag"))
+                reply = await oa.chat.completions.create(model="homeagent", messages=[{"role": "user", "content": [
+                    {"type": "text", "text": "what is this?"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{B64}"}}]}])
+                assert reply.choices[0].message.content == "a flag"
+                assert eyes.images(eyes.requests[0].body) == [("image/png", PNG)]
+                with pytest.raises(openai.BadRequestError, match="does not fetch images by URL"):
+                    await oa.chat.completions.create(model="homeagent", messages=[{"role": "user", "content": [
+                        {"type": "text", "text": "and this?"},
+                        {"type": "image_url", "image_url": {"url": "http://192.168.1.1/cam.jpg"}}]}])
+                assert len(eyes.requests) == 1
+        finally:
+            await web.server.close()
