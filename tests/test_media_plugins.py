@@ -11,6 +11,7 @@ import asyncio
 import base64
 import hashlib
 import itertools
+import json
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -42,6 +43,10 @@ async def fake() -> AsyncIterator[FakeOpenAI]:
 @pytest.fixture
 async def daemon(data_dir: Path, fake: FakeOpenAI) -> AsyncIterator[Daemon]:
     shutil.copytree(FIXTURES / "pymedia", data_dir / "plugins" / "pymedia")
+    nocap = data_dir / "plugins" / "pynocap"  # the same code without capabilities
+    shutil.copytree(FIXTURES / "pymedia", nocap)
+    manifest = json.loads((nocap / "plugin.json").read_text())
+    (nocap / "plugin.json").write_text(json.dumps({**manifest, "name": "pynocap", "capabilities": []}))
     d = Daemon(DataPaths(data_dir), web=False)
     await d.start()
     try:
@@ -50,7 +55,7 @@ async def daemon(data_dir: Path, fake: FakeOpenAI) -> AsyncIterator[Daemon]:
             d.config.set(f"core.llm.sources.eyes.{key}", value)
         await d.llm.reload()
         for _ in range(400):  # the plugin process starts beside the daemon
-            if "pymedia_outside" in d.tools:
+            if "pymedia_outside" in d.tools and "pynocap_outside" in d.tools:
                 break
             await asyncio.sleep(0.025)
         assert "pymedia_outside" in d.tools
@@ -131,3 +136,12 @@ async def test_set_tool_blocks_reach_the_next_llm_call(daemon: Daemon, fake: Fak
     assert fake.images(second.body) == [("image/png", SHOT)]
     outside = await tool(daemon, "pymedia_outside")
     assert "only inside a tool handler" in outside["outside"]
+
+
+async def test_media_methods_need_their_capabilities(daemon: Daemon, fake: FakeOpenAI) -> None:
+    injected = await tool(daemon, "pynocap_inject", text="x", media=[wire(PNG)])
+    assert "io.injectMedia needs the 'io.inject' capability" in injected["error"]
+    doc = await tool(daemon, "pynocap_document", text="x", media=[wire(PNG)])
+    assert "doc.insertWithMedia needs the 'memory.write' capability" in doc["error"]
+    assert daemon.io.pending_inputs() == 0 and not fake.requests
+    assert daemon.media is not None and (await daemon.media.astats())["states"] == {}  # nothing was stored
