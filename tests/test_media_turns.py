@@ -347,3 +347,45 @@ async def test_the_openai_compatible_endpoint_passes_data_url_images_on(daemon: 
                 assert len(eyes.requests) == 1
         finally:
             await web.server.close()
+
+
+WAV = b"RIFF" + (36).to_bytes(4, "little") + b"WAVEfmt " + bytes(40)
+
+
+@pytest.mark.parametrize("adapter", ["openai", "gemini"])
+async def test_audio_is_transcribed_by_the_audio_fallback_source(daemon: Daemon, adapter: str) -> None:
+    async with FakeOpenAI() as main, FAKES[adapter]() as ears:
+        await add_source(daemon, "main", main, "openai", vision=True, priority=10)
+        await add_source(daemon, "ears", ears, adapter, vision=False)
+        daemon.config.set("core.input_processing.audio.fallback_provider", "ears")
+        daemon.config.set("core.input_processing.audio.describe_prompt", "Transcribe this.")
+        ears.script(Turn.text("Please buy milk on the way home."))
+        main.script(Turn.text("I will remind you."))
+        voice = MediaBlock(mime="audio/x-wav", data=WAV, description="voice-note.wav")
+        result = await daemon.io.inject_sync("test", "test", "", media=[voice])
+        assert result.ok and result.text == "I will remind you.", result.error
+        body = ears.requests[0].body
+        if adapter == "openai":
+            assert body["messages"] == [{"role": "user", "content": [
+                {"type": "text", "text": "Transcribe this."},
+                {"type": "input_audio", "input_audio": {"data": base64.b64encode(WAV).decode(), "format": "wav"}}]}]
+        else:
+            assert body["contents"] == [{"role": "user", "parts": [
+                {"text": "Transcribe this."},
+                {"inlineData": {"mimeType": "audio/wav", "data": base64.b64encode(WAV).decode()}}]}]
+        digest = hashlib.sha256(WAV).hexdigest()
+        marker = f"[audio/wav {digest[:12]}] Please buy milk on the way home."
+        assert main.requests[0].body["messages"][-1] == {"role": "user", "content": marker}
+        assert user_events(daemon)[-1].input == marker
+        assert daemon.media is not None and (await daemon.media.ainfo(digest)).description == (
+            "Please buy milk on the way home.")
+
+
+async def test_audio_without_a_transcriber_is_said_to_the_model(daemon: Daemon) -> None:
+    async with FakeOpenAI() as main:
+        await add_source(daemon, "main", main, "openai", vision=True)
+        main.script(Turn.text("ok"))
+        await daemon.io.inject_sync("test", "test", "listen", media=[MediaBlock(data=WAV, description="memo.wav")])
+        said = main.requests[0].body["messages"][-1]["content"]
+        assert said == (f"listen\n[audio/wav {hashlib.sha256(WAV).hexdigest()[:12]}] memo.wav "
+                        "(the model cannot hear audio and no transcriber is configured)")

@@ -72,7 +72,7 @@ from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
 from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest
-from homeagent.providers.describe import DescribeSettings, FallbackDescriber
+from homeagent.providers.describe import DescribeSettings, FallbackDescriber, FallbackTranscriber, TranscribeSettings
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 from homeagent.startup import AGENT, APPROVALS, MEMORY, PLUGINS, WEB, Startup, StillStarting
 from homeagent.threads import run_detached
@@ -447,7 +447,12 @@ class Daemon:
             ocr_enabled=lambda: cfg.get_bool("core.input_processing.image.ocr_enabled", True),
             ocr_prompt=lambda: cfg.get_str("core.input_processing.image.ocr_prompt", ""),
         ))
-        return MediaTurnPath(self.media, manager.sees_images, describer)
+        transcriber = FallbackTranscriber(manager, TranscribeSettings(
+            source=lambda: cfg.get_str("core.input_processing.audio.fallback_provider", ""),
+            model=lambda: cfg.get_str("core.input_processing.audio.fallback_model", ""),
+            prompt=lambda: cfg.get_str("core.input_processing.audio.describe_prompt", ""),
+        ))
+        return MediaTurnPath(self.media, manager.sees_images, describer, transcriber)
 
     def _media_owners(self) -> MediaOwners:
         return MediaOwners(documents=self.docs, window=self.context, graph=self.graph)

@@ -306,3 +306,20 @@ def data_url_image(url: Any) -> tuple[str, bytes]:
         raise BadImage("image_url.url must be a data:<mime>;base64,<data> URL here")
     head, _, data = url.partition(";base64,")
     return decode_image(head[5:], data)
+
+
+AUDIO_MAGIC = {"wav": (b"RIFF", b"WAVE"), "mp3": (b"ID3", b"")}
+
+
+def decode_audio(fmt: Any, data: Any) -> tuple[str, bytes]:
+    """Check one base64 audio clip as the providers do: a format they take (wav, mp3), valid base64, those bytes."""
+    if fmt not in AUDIO_MAGIC:
+        raise BadImage(f"audio format {fmt!r} is not supported (wav, mp3)")
+    try:
+        raw = base64.b64decode(str(data), validate=True)
+    except (binascii.Error, ValueError):
+        raise BadImage("audio data is not valid base64") from None
+    head, kind = AUDIO_MAGIC[fmt]
+    if not raw.startswith(head) or (kind and raw[8:12] != kind):
+        raise BadImage(f"audio data is not {fmt}")
+    return fmt, raw

@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.llm_common import BadImage, FakeLLMServer, Recorded, Turn, decode_image
+from tests.fakes.llm_common import BadImage, FakeLLMServer, Recorded, Turn, decode_audio, decode_image
 
 __all__ = ["FakeGemini", "Recorded", "Turn"]
 
@@ -87,8 +87,11 @@ class FakeGemini(FakeLLMServer):
                     continue
                 if len(part) != 1 or not isinstance(inline, dict):
                     raise BadImage("an inline data part holds only inlineData")
-                mime = inline.get("mimeType", inline.get("mime_type"))
-                out.append(decode_image(str(mime), inline.get("data")))
+                mime = str(inline.get("mimeType", inline.get("mime_type")))
+                if mime.startswith("audio/"):
+                    decode_audio({"audio/wav": "wav", "audio/mp3": "mp3"}.get(mime), inline.get("data"))
+                    continue
+                out.append(decode_image(mime, inline.get("data")))
         return out
 
     async def handle(self, request: web.Request) -> web.StreamResponse:

@@ -40,6 +40,7 @@ __all__ = [
     "MAX_BLOCKS",
     "NOT_SEEN_NOTE",
     "TOOL_BLOCKS",
+    "AudioTranscriber",
     "ImageDescriber",
     "MediaContent",
     "MediaInput",
@@ -58,6 +59,12 @@ TOOL_BLOCKS: contextvars.ContextVar[list[MediaBlock] | None] = contextvars.Conte
 """Where ``set_tool_blocks`` puts media while a tool call runs (the turn runner sets a fresh list per call);
 None outside a tool call. The media reach the model with the next LLM call, after the tool results."""
 
+
+NOT_HEARD_NOTE = "(the model cannot hear audio and no transcriber is configured)"
+UNHEARABLE_NOTE = "(this audio type cannot be transcribed; WAV and MP3 can)"
+
+AUDIO_TYPES = frozenset({"audio/wav", "audio/mpeg"})
+"""Audio the transcriber sends (OpenAI ``input_audio`` formats wav and mp3)."""
 
 VISION_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 """Image types every provider with vision accepts; others stay a marker."""
@@ -96,6 +103,14 @@ class MediaInput(Protocol):
     async def look(self, image: UnseenImage, question: str) -> str: ...
 
 
+class AudioTranscriber(Protocol):
+    """Turns audio into text with a source that can hear (``core.input_processing.audio.*``)."""
+
+    def available(self) -> bool: ...
+
+    async def transcribe(self, data: bytes, mime: str) -> str: ...
+
+
 class ImageDescriber(Protocol):
     """Turns an image into text with a source that can see (``core.input_processing.image.*``)."""
 
@@ -129,10 +144,12 @@ class MediaTurnPath:
         store: MediaStore | None,
         sees_images: Callable[[], bool],
         describer: ImageDescriber | None = None,
+        transcriber: AudioTranscriber | None = None,
     ) -> None:
         self.store = store
         self.sees_images = sees_images
         self.describer = describer
+        self.transcriber = transcriber
 
     async def prepare(self, text: str, media: Sequence[MediaBlock], *, source: str = "") -> MediaContent:
         items = [await self._item(block, source) for block in media]
@@ -145,6 +162,11 @@ class MediaTurnPath:
         for item in items:
             if item.info is not None:
                 out.digests.append(item.info.digest)
+            if item.data is not None and item.mime in AUDIO_TYPES and self.transcriber is not None \
+                    and self.transcriber.available():
+                to_describe.append(item)
+                describe.append(self.transcriber.transcribe(item.data, item.mime))
+                continue
             if item.data is None or item.mime not in VISION_TYPES:
                 continue
             if vision:
@@ -158,15 +180,16 @@ class MediaTurnPath:
         descriptions = await asyncio.gather(*describe, return_exceptions=True)
         notes: dict[int, str] = {}
         for item, found in zip(to_describe, descriptions, strict=True):
+            what = "audio could not be transcribed" if item.mime.startswith("audio/") else "image could not be described"
             if isinstance(found, BaseException):
                 if isinstance(found, asyncio.CancelledError):
                     raise found
-                log.warning("describing an image failed: %s", found)
-                notes[id(item)] = f"(the image could not be described: {found})"
+                log.warning("the %s: %s", what, found)
+                notes[id(item)] = f"(the {what}: {found})"
                 continue
             description = " ".join(str(found).split())
             if not description:
-                notes[id(item)] = "(the image describer returned no description)"
+                notes[id(item)] = f"(the {what}: the answer was empty)"
                 continue
             out.described += 1
             await self._adopt(item, description)
@@ -181,6 +204,10 @@ class MediaTurnPath:
                 line += " " + UNSENDABLE_NOTE
             elif item.mime.startswith("image/") and not vision:
                 note = notes.get(id(item), NOT_SEEN_NOTE)
+                if note:
+                    line += " " + note
+            elif item.mime.startswith("audio/"):
+                note = notes.get(id(item), NOT_HEARD_NOTE if item.mime in AUDIO_TYPES else UNHEARABLE_NOTE)
                 if note:
                     line += " " + note
             said.append(line)

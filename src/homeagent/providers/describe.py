@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from homeagent.providers.base import ChatRequest, ProviderError
 from homeagent.providers.manager import ProviderManager
 
-__all__ = ["DescribeSettings", "FallbackDescriber"]
+__all__ = ["AUDIO_FORMATS", "DescribeSettings", "FallbackDescriber", "FallbackTranscriber", "TranscribeSettings"]
+
+AUDIO_FORMATS = {"audio/wav": "wav", "audio/mpeg": "mp3"}
+"""Audio the transcriber can send: OpenAI's ``input_audio`` takes wav and mp3 (Gemini takes them too)."""
 
 
 @dataclass
@@ -69,3 +72,49 @@ class FallbackDescriber:
         if len(answers) > 1 and answers[1]:
             description = f"{description} — text in the image: {answers[1]}"
         return description
+
+
+@dataclass
+class TranscribeSettings:
+    """Live reads of ``core.input_processing.audio.*``."""
+
+    source: Callable[[], str]
+    model: Callable[[], str]
+    prompt: Callable[[], str]
+
+
+class FallbackTranscriber:
+    """``AudioTranscriber`` (agent/media_input.py): audio to text by one source of the provider manager.
+
+    The audio goes as an OpenAI ``input_audio`` content part (base64 and its
+    format, wav or mp3); the OpenAI-style adapters pass it on, the Gemini one
+    makes it ``inlineData``. A source that cannot hear answers with an error,
+    which the turn reports.
+    """
+
+    def __init__(self, manager: ProviderManager, settings: TranscribeSettings, *, timeout: float = 180.0) -> None:
+        self.manager = manager
+        self.settings = settings
+        self.timeout = timeout
+
+    def available(self) -> bool:
+        name = self.settings.source().strip()
+        return bool(name) and self.manager.get(name) is not None
+
+    async def transcribe(self, data: bytes, mime: str) -> str:
+        name = self.settings.source().strip()
+        provider = self.manager.get(name)
+        if provider is None:
+            raise ProviderError(f"audio fallback source {name!r} is not configured", kind="client", source=name)
+        fmt = AUDIO_FORMATS.get(mime)
+        if fmt is None:
+            raise ProviderError(f"{mime} cannot be sent for transcription (WAV and MP3 can)", kind="client")
+        request = ChatRequest(
+            messages=[{"role": "user", "content": [
+                {"type": "text", "text": self.settings.prompt()},
+                {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode("ascii"), "format": fmt}},
+            ]}],
+            model=self.settings.model().strip() or None,
+        )
+        response = await asyncio.wait_for(provider.chat(request), self.timeout)
+        return response.content.strip()
