@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import hashlib
 import os
 import sqlite3
@@ -227,7 +228,7 @@ async def turn_rows(folder: Path, n: int) -> list[tuple[str, list[float]]]:
                 await path.prepare("x", [MediaBlock(data=images[i] + b"p")])
                 rows["prepare: image as bytes"].append(time.perf_counter() - t0)
             await manager.aclose()
-        url = "data:image/png;base64," + __import__("base64").b64encode(images[0]).decode()
+        url = "data:image/png;base64," + base64.b64encode(images[0]).decode()
         for name in ("openai", "anthropic", "gemini", "ollama"):
             adapter = loader.get(name)
             ctx = await adapter.context(RequestContext(model="m", stream=True, thinking=False))
