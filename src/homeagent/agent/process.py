@@ -121,6 +121,7 @@ class _Turn:
     started: float = field(default_factory=time.perf_counter)
     reasoning: list[str] = field(default_factory=list)
     tool_log: list[dict[str, Any]] = field(default_factory=list)
+    tool_log_ids: list[str] = field(default_factory=list)  # the call id of each tool_log entry, to order a batch
     tool_outputs: list[ToolOutput] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
     source: str = ""
@@ -383,6 +384,7 @@ class TurnRunner:
             done[call.id] = result
             return result
 
+        log_start = len(turn.tool_log)
         try:
             results = await self.tools.run_batch(calls, run_one)
         except asyncio.CancelledError:
@@ -398,14 +400,27 @@ class TurnRunner:
                     )
                     done[call.id] = result
                     turn.tool_log.append({"tool": call.name, "status": "interrupted", "result": ""})
+                    turn.tool_log_ids.append(call.id)
                     await turn.frame({"type": "tool_call", "tool": call.name, "status": "interrupted", "result": ""})
+            self._order_batch_log(turn, calls, log_start)
             for call in calls:
                 messages.append(_tool_message(call, result_text(done[call.id])))
             raise
+        self._order_batch_log(turn, calls, log_start)
         for call, result in zip(calls, results, strict=True):
             messages.append(_tool_message(call, result_text(result)))
         await self._tool_media(turn, messages)
         return results
+
+    @staticmethod
+    def _order_batch_log(turn: _Turn, calls: list[ToolCall], start: int) -> None:
+        """A batch's calls run concurrently and log as they finish; the turn's result lists them as the model
+        asked for them, so a reader matches each result to its call whatever the timing was."""
+        rank = {call.id: i for i, call in enumerate(calls)}
+        tail = sorted(zip(turn.tool_log_ids[start:], turn.tool_log[start:], strict=True),
+                      key=lambda pair: rank.get(pair[0], len(rank)))
+        turn.tool_log_ids[start:] = [cid for cid, _ in tail]
+        turn.tool_log[start:] = [entry for _, entry in tail]
 
     async def _tool_media(self, turn: _Turn, messages: list[dict[str, Any]]) -> None:
         """Media a tool handed over (``set_tool_blocks``) reach the model after the tool results, as a user message:
@@ -488,6 +503,7 @@ class TurnRunner:
         turn.tool_outputs.append(ToolOutput(call.name, text, memory_text))
         shown = text if len(text) <= 2000 else text[:2000] + "…"
         turn.tool_log.append({"tool": call.name, "status": result.status, "arguments": call.arguments, "result": shown})
+        turn.tool_log_ids.append(call.id)
         await turn.frame(
             {"type": "tool_call", "tool": call.name, "status": result.status, "arguments": call.arguments, "result": shown}
         )
