@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 
 from homeagent.config import ConfigError, coerce
 from homeagent.config.values import base_type
+from homeagent.llm_control import EDITABLE_FIELDS
 from homeagent.sdk.types import ConfigDef
 from homeagent.webui.auth import CSRF_COOKIE, PLUGIN, SESSION_COOKIE, TOKEN_HASH_KEY
 from homeagent.webui.common import (
@@ -76,9 +77,31 @@ class CoreAPI:
                 "POST",
                 "/api/v1/llm/test",
                 self.llm_test,
-                "Send one tiny request to a source",
+                "Send one tiny request to a source (with base_url/model/... given: to that unsaved source)",
                 "llm",
-                body={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+                body={"type": "object", "required": ["name"], "properties": SOURCE_BODY},
+            ),
+            Op("GET", "/api/v1/llm/presets", self.llm_presets, "Providers offered by the setup page", "llm"),
+            Op(
+                "POST",
+                "/api/v1/llm/sources",
+                self.llm_save,
+                "Add an LLM source or change one (a blank api_key keeps the stored key)",
+                "llm",
+                body={"type": "object", "required": ["name"], "properties": SOURCE_BODY},
+            ),
+            Op("DELETE", "/api/v1/llm/sources/{name}", self.llm_remove, "Remove a configured LLM source", "llm"),
+            Op(
+                "PUT",
+                "/api/v1/llm/order",
+                self.llm_order,
+                "Set the fallback order of the sources (the first becomes preferred)",
+                "llm",
+                body={
+                    "type": "object",
+                    "required": ["names"],
+                    "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+                },
             ),
             Op("GET", "/api/v1/settings", self.settings, "Settings grouped by category (secrets masked)", "settings"),
             Op(
@@ -184,10 +207,38 @@ class CoreAPI:
             raise ApiError(400, str(exc)) from None
 
     async def llm_test(self, request: Request) -> Response:
-        name = field_str(await read_object(request), "name", max_len=200)
+        body = await read_object(request)
+        name = field_str(body, "name", max_len=200)
         try:
+            if any(body.get(f) is not None for f in EDITABLE_FIELDS):
+                return ok(await self.ctx.daemon.llm.test_spec(_source_fields(body)))
             return ok(await self.ctx.daemon.llm.test({"name": name}))
         except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+
+    async def llm_presets(self, request: Request) -> Response:
+        return ok(self.ctx.daemon.llm.presets())
+
+    async def llm_save(self, request: Request) -> Response:
+        body = await read_object(request)
+        try:
+            result = self.ctx.daemon.llm.save_source(_source_fields(body))
+        except (ValueError, ConfigError) as exc:
+            raise ApiError(400, str(exc)) from None
+        return ok(result, status=201 if result.get("created") else 200)
+
+    async def llm_remove(self, request: Request) -> Response:
+        name = str(request.path_params.get("name", ""))
+        try:
+            return ok(self.ctx.daemon.llm.remove_source({"name": name}))
+        except (ValueError, ConfigError) as exc:
+            raise ApiError(404, str(exc)) from None
+
+    async def llm_order(self, request: Request) -> Response:
+        body = await read_object(request)
+        try:
+            return ok(self.ctx.daemon.llm.reorder({"names": body.get("names")}))
+        except (ValueError, ConfigError) as exc:
             raise ApiError(400, str(exc)) from None
 
     # ------------------------------------------------------------ settings
@@ -325,6 +376,31 @@ class CoreAPI:
 
 
 _UNCHANGED: Any = object()
+SOURCE_BODY: dict[str, Any] = {
+    "name": {"type": "string"},
+    "adapter": {"type": "string"},
+    "base_url": {"type": "string"},
+    "model": {"type": "string"},
+    "api_key": {"type": "string"},
+    "context_window": {"type": "integer"},
+    "thinking_enabled": {"type": "boolean"},
+}
+
+
+def _source_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The source form's fields, each a bounded string or a plain number/bool (a clear 400 otherwise)."""
+    out: dict[str, Any] = {"name": field_str(body, "name", max_len=200)}
+    for key in EDITABLE_FIELDS:
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            out[key] = field_str(body, key, required=False, max_len=2000)
+        elif isinstance(value, bool | int) and key in ("context_window", "thinking_enabled"):
+            out[key] = value
+        else:
+            raise ApiError(400, f"{key}: expected text", field=key)
+    return out
 
 
 def _category(key: str, category: str) -> str:

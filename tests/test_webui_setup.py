@@ -1,0 +1,111 @@
+"""Setting up LLM sources from the web API against real wire formats (fake OpenAI servers on loopback).
+
+The first-run flow (presets, test an unsaved source, save it), reordering the
+fallback chain, removing a source, and the chat's "a fallback answered" field.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from homeagent.daemon import Daemon
+from homeagent.paths import DataPaths
+from tests.fakes.llm_openai import FakeOpenAI, Turn
+from tests.fakes.webui_fixtures import Web, start_web
+
+KEY = "sk-setup-secret-4242"
+
+
+@pytest.fixture
+async def web(data_dir: Path) -> AsyncIterator[Web]:
+    daemon = Daemon(DataPaths(data_dir), web=False)
+    await daemon.start()
+    w = await start_web(daemon)
+    try:
+        yield w
+    finally:
+        await w.server.close()
+        await daemon.stop()
+
+
+def form(fake: FakeOpenAI, name: str = "main", **extra: Any) -> dict[str, Any]:
+    return {"name": name, "adapter": "openai", "base_url": fake.base_url, "model": "gpt-fake", "api_key": KEY,
+            **extra}
+
+
+async def test_first_run_presets_test_and_save(web: Web) -> None:
+    async with FakeOpenAI() as fake, web.client() as c:
+        presets = (await c.get("/api/v1/llm/presets")).json()
+        assert presets["configured"] is False
+        adapters = {p["adapter"] for p in presets["presets"]}
+        assert {"openai", "deepseek", "anthropic", "gemini", "mistral", "groq", "github", "ollama", "kimi",
+                "server"} <= adapters
+        assert next(p for p in presets["presets"] if p["adapter"] == "ollama")["needs_key"] is False
+
+        fake.script(Turn.text("pong"))
+        tested = (await c.post("/api/v1/llm/test", json=form(fake))).json()
+        assert tested["ok"] is True and tested["reply"] == "pong"
+        assert fake.requests[0].headers["authorization"] == f"Bearer {KEY}"
+        assert "main" not in [s["name"] for s in (await c.get("/api/v1/llm/sources")).json()["sources"]]
+
+        saved = await c.post("/api/v1/llm/sources", json=form(fake))
+        assert saved.status_code == 201, saved.text
+        assert KEY not in saved.text
+        sources = (await c.get("/api/v1/llm/sources")).json()
+        assert sources["current"] == "main"
+        assert (await c.get("/api/v1/llm/presets")).json()["configured"] is True
+
+        fake.script(Turn.text("hello from the saved source"))
+        reply = (await c.post("/api/v1/chat", json={"text": "hi"})).json()
+        assert reply["text"] == "hello from the saved source" and reply["source"] == "main"
+
+
+async def test_a_failing_test_says_why_and_saves_nothing(web: Web) -> None:
+    async with FakeOpenAI() as fake, web.client() as c:
+        fake.script(Turn.error(401))
+        tested = (await c.post("/api/v1/llm/test", json=form(fake))).json()
+        assert tested["ok"] is False and "401" in tested["error"]
+        no_key = (await c.post("/api/v1/llm/test", json=form(fake, api_key=""))).json()
+        assert no_key["ok"] is False and "api_key" in no_key["error"]
+        bad = await c.post("/api/v1/llm/sources", json=form(fake, adapter="nope"))
+        assert bad.status_code == 400 and "adapter 'nope' not found" in bad.json()["error"]
+        reserved = await c.post("/api/v1/llm/sources", json=form(fake, name="env"))
+        assert reserved.status_code == 400 and "reserved" in reserved.json()["error"]
+        assert (await c.post("/api/v1/llm/sources", json=form(fake, model=""))).status_code == 400
+        assert web.daemon.config.sources() == []
+
+
+async def test_reorder_remove_and_the_fallback_note(web: Web) -> None:
+    async with FakeOpenAI() as first, FakeOpenAI() as second, web.client() as c:
+        assert (await c.post("/api/v1/llm/sources", json=form(first, "alpha"))).status_code == 201
+        assert (await c.post("/api/v1/llm/sources", json=form(second, "beta"))).status_code == 201
+        names = [s["name"] for s in (await c.get("/api/v1/llm/sources")).json()["sources"]]
+        assert names == ["alpha", "beta", "offline"], "a new source goes last, before the offline provider"
+
+        order = await c.put("/api/v1/llm/order", json={"names": ["beta", "alpha"]})
+        assert order.status_code == 200, order.text
+        assert [s["name"] for s in order.json()["sources"]] == ["beta", "alpha", "offline"]
+        wrong = await c.put("/api/v1/llm/order", json={"names": ["beta"]})
+        assert wrong.status_code == 400 and "every source" in wrong.json()["error"]
+
+        second.script(Turn.error(500), Turn.error(500), Turn.error(500))
+        first.script(Turn.text("alpha answered"))
+        async with c.stream("POST", "/api/v1/chat/stream", json={"text": "who answers?"}) as response:
+            frames = [json.loads(line[5:]) async for line in response.aiter_lines() if line.startswith("data:")]
+        done = frames[-1]
+        assert done["type"] == "response" and done["text"] == "alpha answered"
+        assert done["source"] == "alpha" and done["fallback_from"] == "beta"
+
+        first.script(Turn.text("plain"))
+        # beta is cooling down now, so alpha answers again as the fallback; after removing beta it is first
+        removed = await c.delete("/api/v1/llm/sources/beta")
+        assert removed.status_code == 200 and [s["name"] for s in removed.json()["sources"]] == ["alpha", "offline"]
+        assert not any(k.startswith("core.llm.sources.beta.") for k in web.daemon.config.list("core.llm.sources."))
+        reply = (await c.post("/api/v1/chat", json={"text": "again"})).json()
+        assert reply["source"] == "alpha" and not reply.get("fallback_from")
+        assert (await c.delete("/api/v1/llm/sources/beta")).status_code == 404
