@@ -7,6 +7,7 @@ fallback chain, removing a source, and the chat's "a fallback answered" field.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -109,3 +110,22 @@ async def test_reorder_remove_and_the_fallback_note(web: Web) -> None:
         reply = (await c.post("/api/v1/chat", json={"text": "again"})).json()
         assert reply["source"] == "alpha" and not reply.get("fallback_from")
         assert (await c.delete("/api/v1/llm/sources/beta")).status_code == 404
+
+
+async def test_every_setting_has_a_chinese_label(web: Web) -> None:
+    """`?lang=zh` gives every core and built-in plugin setting a Chinese label and help text."""
+    async with web.client() as c:
+        await c.post("/api/v1/llm/sources", json={"name": "main", "adapter": "ollama",
+                                                  "base_url": "http://127.0.0.1:9", "model": "m"})
+        zh = (await c.get("/api/v1/settings", params={"lang": "zh"})).json()["categories"]
+        en = (await c.get("/api/v1/settings")).json()["categories"]
+    han = re.compile(r"[\u4e00-\u9fff]")
+    settings = [s for cat in zh for s in cat["settings"] if s["description"] or s["display_name"] != s["key"]]
+    assert len(settings) > 90
+    missing = [s["key"] for s in settings if not han.search(s["display_name"]) or not han.search(s["description"])]
+    assert missing == []
+    by_key = {s["key"]: s for cat in zh for s in cat["settings"]}
+    assert by_key["core.llm.temperature"]["display_name"] == "温度"
+    assert by_key["core.llm.sources.main.model"]["display_name"] == "main：模型"
+    english = {s["key"]: s for cat in en for s in cat["settings"]}
+    assert english["core.llm.temperature"]["display_name"] == "Temperature"

@@ -83,7 +83,8 @@ class LLMControl:
         log.info("LLM sources reloaded: %s", ", ".join(s["name"] for s in self.sources()["sources"]))
 
     def sources(self) -> dict[str, Any]:
-        infos = [asdict(info) for info in self.manager.list_sources()]
+        stored = set(self.config.sources())
+        infos = [{**asdict(info), "configured": info.name in stored} for info in self.manager.list_sources()]
         return {"current": self.manager.current_source(), "sources": infos, "notes": self.notes}
 
     def use(self, params: dict[str, Any]) -> dict[str, Any]:

@@ -18,6 +18,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from homeagent.config import ConfigError, coerce
+from homeagent.config.defaults import SOURCE_PREFIX
+from homeagent.config.labels_zh import SOURCE_FIELDS_ZH, ZH
 from homeagent.config.values import base_type
 from homeagent.llm_control import EDITABLE_FIELDS
 from homeagent.sdk.types import ConfigDef
@@ -103,7 +105,14 @@ class CoreAPI:
                     "properties": {"names": {"type": "array", "items": {"type": "string"}}},
                 },
             ),
-            Op("GET", "/api/v1/settings", self.settings, "Settings grouped by category (secrets masked)", "settings"),
+            Op(
+                "GET",
+                "/api/v1/settings",
+                self.settings,
+                "Settings grouped by category (secrets masked); lang=zh gives Chinese labels",
+                "settings",
+                query=("lang",),
+            ),
             Op(
                 "PUT",
                 "/api/v1/settings",
@@ -244,13 +253,17 @@ class CoreAPI:
     # ------------------------------------------------------------ settings
     async def settings(self, request: Request) -> Response:
         config = self.ctx.config
+        zh = request.query_params.get("lang", "").lower().startswith("zh")
         groups: dict[str, list[dict[str, Any]]] = {}
         described: set[str] = set()
         for d in config.defs():
             described.add(d.key)
             if d.hidden or d.key in READ_ONLY:
                 continue
-            groups.setdefault(_category(d.key, d.category), []).append(self._describe(d))
+            item = self._describe(d)
+            if zh:
+                _translate(item)
+            groups.setdefault(_category(d.key, d.category), []).append(item)
         for key, value in config.dump(mask_secrets=True).items():
             if key in described or key in READ_ONLY:
                 continue
@@ -401,6 +414,18 @@ def _source_fields(body: dict[str, Any]) -> dict[str, Any]:
         else:
             raise ApiError(400, f"{key}: expected text", field=key)
     return out
+
+
+def _translate(item: dict[str, Any]) -> None:
+    """The Chinese label and help of a setting where there is one (the English stays otherwise)."""
+    key = str(item["key"])
+    found = ZH.get(key)
+    if found is None and key.startswith(SOURCE_PREFIX):
+        source, _, field = key[len(SOURCE_PREFIX):].rpartition(".")
+        label = SOURCE_FIELDS_ZH.get(field)
+        found = (f"{source}：{label[0]}", label[1]) if label else None
+    if found is not None:
+        item["display_name"], item["description"] = found
 
 
 def _category(key: str, category: str) -> str:

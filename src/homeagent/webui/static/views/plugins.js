@@ -52,9 +52,9 @@ export async function mount(root) {
           h("button", { class: "small", onclick: () => act(name, "reload") }, t("plugins.reload")),
           p.builtin ? null : h("button", { class: "small danger", onclick: () => act(name, "remove") }, t("plugins.remove"))));
     });
-    clear(body).append(h("table", { class: "table" },
+    clear(body).append(h("div", { class: "table-wrap" }, h("table", { class: "table plugins-table" },
       h("thead", {}, h("tr", {}, ...["plugins.name", "plugins.version", "plugins.kind", "plugins.health", ""].map((k) => h("th", {}, k ? t(k) : "")))),
-      h("tbody", {}, rows)));
+      h("tbody", {}, rows))));
   }
 
   install.addEventListener("click", async () => {
