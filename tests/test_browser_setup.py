@@ -264,10 +264,14 @@ async def test_language_follows_the_browser_then_the_choice(setup: Setup) -> Non
         temperature = page.locator(".setting[data-key='core.llm.temperature'] .setting-name")
         await expect(temperature).to_have_text("温度")
         await shot(page, "settings-zh")
+        assert await page.evaluate("localStorage.getItem('ha-lang')") is None, "following the browser stores nothing"
+        await page.goto(setup.web.url + "#/plugins")
+        await expect(page.locator("tr[data-plugin='timer'] .badge")).to_have_text("运行中")
         await page.click("#lang-toggle")
         await expect(page.locator(".sidebar a[data-view='setup']")).to_have_text("LLM sources")
         await page.reload()
         await expect(page.locator(".sidebar a[data-view='setup']")).to_have_text("LLM sources")
+        assert await page.evaluate("localStorage.getItem('ha-lang')") == "en", "the user's choice is kept"
         assert not page.errors  # type: ignore[attr-defined]
     finally:
         await context.close()

@@ -52,7 +52,7 @@ async function refreshStatus() {
       ` ${s.llm_source || "?"} · ${agent.busy ? t("overview.busy") : t("overview.idle")} · ${fmtDuration(s.uptime_s || 0)}`,
     );
   } catch {
-    clear(line).append(h("span", { class: "dot down" }), " offline");
+    clear(line).append(h("span", { class: "dot down" }), ` ${t("common.offline")}`);
   }
 }
 
@@ -70,7 +70,7 @@ async function firstRun() {
 
 function start() {
   applyTheme();
-  setLang(currentLang());
+  setLang(currentLang(), { remember: false });  // the browser's language until the user picks one
   document.getElementById("theme-toggle").addEventListener("click", () => toggleTheme());
   document.getElementById("lang-toggle").addEventListener("click", () => {
     setLang(currentLang() === "zh" ? "en" : "zh");

@@ -68,6 +68,10 @@ const STRINGS = {
     "mcp.plugin_state": "The mcp plugin is {state}. {error}",
     "mcp.state.connected": "connected", "mcp.state.starting": "starting", "mcp.state.reconnecting": "error, retrying",
     "mcp.state.stopped": "not started",
+    "plugins.details": "Details", "common.offline": "offline",
+    "state.running": "running", "state.failed": "failed", "state.disabled": "disabled", "state.stopped": "stopped",
+    "state.ineligible": "not usable here", "state.available": "available", "state.restarting": "restarting",
+    "state.not running": "not running",
     "skills.help": "Skills are folders with a SKILL.md the model reads when a task calls for them. Only their names and descriptions go into the prompt; when there are more than fit, the ones closest to each message are listed.",
     "skills.description": "Description", "skills.install": "Install a skill", "skills.upload": "A .zip or .hmap file",
     "skills.upload_button": "Upload and install", "skills.from_path": "Or a folder (or .zip) on the daemon's machine",
@@ -145,6 +149,10 @@ const STRINGS = {
     "mcp.plugin_state": "mcp 插件状态：{state}。{error}",
     "mcp.state.connected": "已连接", "mcp.state.starting": "启动中", "mcp.state.reconnecting": "出错，重试中",
     "mcp.state.stopped": "未启动",
+    "plugins.details": "详情", "common.offline": "离线",
+    "state.running": "运行中", "state.failed": "失败", "state.disabled": "已停用", "state.stopped": "已停止",
+    "state.ineligible": "本机不可用", "state.available": "可启用", "state.restarting": "重启中",
+    "state.not running": "未运行",
     "skills.help": "技能是含有 SKILL.md 的文件夹，任务需要时模型会阅读它。提示词里只放技能的名称和描述；放不下时，列出与每条消息最相关的技能。",
     "skills.description": "描述", "skills.install": "安装技能", "skills.upload": ".zip 或 .hmap 文件",
     "skills.upload_button": "上传并安装", "skills.from_path": "或守护进程所在机器上的文件夹（或 .zip）",
@@ -163,8 +171,8 @@ export function currentLang() {
   return (navigator.language || "en").toLowerCase().startsWith("zh") ? "zh" : "en";
 }
 
-export function setLang(lang) {
-  localStorage.setItem("ha-lang", lang);
+export function setLang(lang, { remember = true } = {}) {
+  if (remember) localStorage.setItem("ha-lang", lang);
   document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
   applyI18n(document);
 }
