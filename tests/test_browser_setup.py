@@ -182,7 +182,9 @@ async def test_mcp_import_of_a_claude_desktop_block_shows_each_server(setup: Set
         await ghost.locator("button.danger").click()
         await expect(page.locator("#mcp-servers tr[data-server='ghost']")).to_have_count(0)
         servers: Any = setup.web.daemon.config.get("plugin.mcp.servers")
-        assert [s["name"] for s in (json.loads(servers) if isinstance(servers, str) else servers)] == ["calc"]
+        stored = json.loads(servers) if isinstance(servers, str) else servers
+        assert [s["name"] for s in stored] == ["calc"]
+        assert stored[0]["env"] == {"API_TOKEN": "tok-123"}, "the page saved the masked value back as it was"
         assert not page.errors  # type: ignore[attr-defined]
     finally:
         await context.close()

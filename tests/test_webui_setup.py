@@ -129,3 +129,30 @@ async def test_every_setting_has_a_chinese_label(web: Web) -> None:
     assert by_key["core.llm.sources.main.model"]["display_name"] == "main：模型"
     english = {s["key"]: s for cat in en for s in cat["settings"]}
     assert english["core.llm.temperature"]["display_name"] == "Temperature"
+
+
+async def test_mcp_env_values_are_shown_masked_and_kept_when_sent_back(web: Web) -> None:
+    secret = "mcp-secret-5521"
+    block = {"mcpServers": {"fs": {"command": "npx", "args": ["-y", "x"], "env": {"TOKEN": secret}}}}
+    async with web.client() as c:
+        assert (await c.put("/api/v1/settings", json={"plugin.mcp.servers": json.dumps(block)})).status_code == 200
+        shown = (await c.get("/api/v1/settings")).text
+        assert secret not in shown and "TOKEN" in shown
+        value = next(s["value"] for cat in json.loads(shown)["categories"] for s in cat["settings"]
+                     if s["key"] == "plugin.mcp.servers")
+        # the MCP page's round trip: the masked list plus a new server
+        data = json.loads(value) if isinstance(value, str) else value
+        assert data["mcpServers"]["fs"]["env"] == {"TOKEN": "••••••"}
+        servers = [{**spec, "name": name} for name, spec in data["mcpServers"].items()]
+        servers.append({"name": "web", "url": "http://127.0.0.1:9/mcp", "env": {"KEY": "new-value"}})
+        saved = await c.put("/api/v1/settings", json={"plugin.mcp.servers": json.dumps(servers)})
+        assert saved.status_code == 200, saved.text
+        stored = web.daemon.config.get("plugin.mcp.servers")
+        stored = json.loads(stored) if isinstance(stored, str) else stored
+        assert {s["name"]: s.get("env") for s in stored} == {"fs": {"TOKEN": secret}, "web": {"KEY": "new-value"}}
+        # a mask for a variable that was never stored is refused, and nothing is written
+        servers[1]["env"] = {"KEY": "••••••", "OTHER": "••••••"}
+        refused = await c.put("/api/v1/settings", json={"plugin.mcp.servers": json.dumps(servers)})
+        assert refused.status_code == 400 and "OTHER" in refused.json()["errors"]["plugin.mcp.servers"]
+        again = web.daemon.config.get("plugin.mcp.servers")
+        assert (json.loads(again) if isinstance(again, str) else again) == stored

@@ -8,7 +8,9 @@ message.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import json
 import logging
 import time
 from typing import Any
@@ -261,6 +263,8 @@ class CoreAPI:
             if d.hidden or d.key in READ_ONLY:
                 continue
             item = self._describe(d)
+            if d.key in ENV_SECRET_KEYS:
+                item["value"] = mask_env(item["value"])
             if zh:
                 _translate(item)
             groups.setdefault(_category(d.key, d.category), []).append(item)
@@ -330,6 +334,8 @@ class CoreAPI:
         writes: dict[str, Any] = {}
         for key, value in body.items():
             try:
+                if key in ENV_SECRET_KEYS:  # the masked env values this page was given go back as they were
+                    value = unmask_env(value, config.get(key))
                 checked = self._check_setting(key, value)
             except ValueError as exc:
                 errors[key] = str(exc)
@@ -414,6 +420,61 @@ def _source_fields(body: dict[str, Any]) -> dict[str, Any]:
         else:
             raise ApiError(400, f"{key}: expected text", field=key)
     return out
+
+
+# settings whose JSON holds MCP servers: their env values (API keys) are shown masked, like secrets
+ENV_SECRET_KEYS = frozenset({"plugin.mcp.servers"})
+ENV_MASK = "••••••"
+
+
+def _server_specs(data: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(name, entry) of our list form or of a Claude Desktop ``mcpServers`` object; entries are not copies."""
+    if isinstance(data, dict):
+        inner = data.get("mcpServers", data)
+        return [(str(n), v) for n, v in inner.items() if isinstance(v, dict)] if isinstance(inner, dict) else []
+    if isinstance(data, list):
+        return [(str(v.get("name", "")), v) for v in data if isinstance(v, dict)]
+    return []
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return copy.deepcopy(value)
+
+
+def mask_env(value: Any) -> Any:
+    """``value`` with every server's env values replaced by a mask (in the same JSON text or structure)."""
+    data = _decoded(value)
+    if data is None:
+        return value
+    for _, spec in _server_specs(data):
+        if isinstance(spec.get("env"), dict):
+            spec["env"] = dict.fromkeys(spec["env"], ENV_MASK)
+    return json.dumps(data, ensure_ascii=False) if isinstance(value, str) else data
+
+
+def unmask_env(value: Any, stored: Any) -> Any:
+    """A masked env value sent back is the stored one of the same server and variable; ValueError if there is none."""
+    data = _decoded(value)
+    if data is None:
+        return value
+    known = {name: spec.get("env") for name, spec in _server_specs(_decoded(stored))}
+    for name, spec in _server_specs(data):
+        env = spec.get("env")
+        if not isinstance(env, dict):
+            continue
+        for var, text in env.items():
+            if text != ENV_MASK:
+                continue
+            before = known.get(name)
+            if not isinstance(before, dict) or var not in before:
+                raise ValueError(f"server {name!r}: type the value of {var} again (it was shown masked)")
+            env[var] = before[var]
+    return json.dumps(data, ensure_ascii=False) if isinstance(value, str) else data
 
 
 def _translate(item: dict[str, Any]) -> None:
