@@ -156,3 +156,11 @@ async def test_mcp_env_values_are_shown_masked_and_kept_when_sent_back(web: Web)
         assert refused.status_code == 400 and "OTHER" in refused.json()["errors"]["plugin.mcp.servers"]
         again = web.daemon.config.get("plugin.mcp.servers")
         assert (json.loads(again) if isinstance(again, str) else again) == stored
+
+
+async def test_a_base_url_that_is_no_http_url_is_refused_before_any_request(web: Web) -> None:
+    async with web.client() as c:
+        for url in ("api.openai.com/v1", "ftp://host/v1", "http://"):
+            tested = await c.post("/api/v1/llm/test", json={"name": "x", "adapter": "openai", "base_url": url,
+                                                            "model": "m", "api_key": "k"})
+            assert tested.status_code == 400 and "http:// or https://" in tested.json()["error"], url

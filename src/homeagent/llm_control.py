@@ -119,6 +119,9 @@ class LLMControl:
             if value is None or (isinstance(value, str) and not value.strip() and field == "api_key"):
                 continue  # an empty key field keeps the stored key
             spec[field] = value.strip() if isinstance(value, str) else value
+        base_url = str(spec.get("base_url") or "")
+        if base_url and not re.match(r"^https?://[^\s/]+", base_url):
+            raise ValueError(f"base_url {base_url[:80]!r} must start with http:// or https:// and name a host")
         adapter = str(spec.get("adapter") or "")
         if adapter and not self.adapters.exists(adapter):
             raise ValueError(f"adapter {adapter!r} not found (available: {', '.join(self.adapters.names())})")
