@@ -229,6 +229,11 @@ async def test_phone_width_layout(setup: Setup) -> None:
         await expect(page.locator("#settings-empty")).to_be_visible()
         await page.fill("#settings-filter", "temperature")
         await expect(page.locator(".settings-group:visible")).to_have_count(1)
+        await shot(page, "phone-settings")
+        await page.goto(setup.web.url + "#/setup")
+        await expect(page.locator("#setup-test")).to_be_visible()
+        assert await page.evaluate("document.documentElement.scrollWidth") <= 375
+        await shot(page, "phone-setup")
         await page.goto(setup.web.url + "#/chat")
         setup.fake.script(Turn.text("see https://example.com/" + "a-very-long-path-segment" * 12 + " ok"))
         await page.fill("#chat-input", "a long link please")
