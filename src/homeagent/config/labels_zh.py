@@ -118,6 +118,25 @@ ZH: dict[str, tuple[str, str]] = {
     "plugin.webui.max_upload_mb": ("上传大小上限", "对话上传接受的最大文件（MB）。"),
     "plugin.webui.max_concurrent_turns": ("每个客户端的轮次", "一个浏览器会话（或 API 令牌）可同时排队或运行的对话轮次；超出返回 429。"),
     "plugin.webui.chat_timeout": ("对话超时", "同步对话请求等待本轮结果的时间。"),
+    # the shipped qq plugin (its settings exist once it is enabled)
+    "plugin.qq.mode": ("连接方式", "forward：插件连接 OneBot 实现的 WebSocket 服务器（ws_url）；reverse：实现连接插件"
+                       "（reverse_host:reverse_port）；http：通过 HTTP API（http_api_url）执行动作，事件 POST 到 "
+                       "reverse_host:reverse_port。"),
+    "plugin.qq.ws_url": ("WebSocket 地址", "正向模式：实现的 WebSocket 服务器（NapCat 默认端口 3001）。"),
+    "plugin.qq.access_token": ("访问令牌", "OneBot 实现中配置的访问令牌（以 Bearer 头发送；设置后反向客户端也必须提供）。"),
+    "plugin.qq.reverse_host": ("反向/HTTP：监听地址", "反向和 http 模式的监听位置。非回环地址需要访问令牌（反向）或密钥（http）。"),
+    "plugin.qq.reverse_port": ("反向/HTTP：端口", "反向和 http 模式监听的端口。"),
+    "plugin.qq.http_api_url": ("HTTP API 地址", "http 模式：实现的 HTTP API（NapCat 默认端口 3000）。"),
+    "plugin.qq.http_secret": ("HTTP POST 密钥", "http 模式：实现为事件 POST 签名所用的密钥（X-Signature）。"),
+    "plugin.qq.allowed_users": ("允许的用户", "其私聊消息会交给智能体的 QQ 号（逗号分隔）；* 表示所有人。留空则忽略私聊。"),
+    "plugin.qq.allowed_groups": ("允许的群", "机器人监听的群号（逗号分隔）；* 表示所有群。留空则忽略群消息。"),
+    "plugin.qq.group_keywords": ("群关键词", "除 @ 机器人外，包含其中任一关键词（逗号分隔，如 '/ask, 小助手'）的群消息也会回复。"),
+    "plugin.qq.remember_unaddressed": ("记住未@的群消息", "未提到机器人的群消息不回复；开启后仍存入文档记忆。"),
+    "plugin.qq.max_message_chars": ("最长消息", "超过此长度的回复分成多条发送（QQ 会截断很长的消息）。"),
+    "plugin.qq.max_parts": ("每次回复最多条数", "一次回复最多发送这么多条，其余丢弃并附说明。"),
+    "plugin.qq.rate_per_minute": ("每个会话每分钟消息数", "发往同一群或用户的消息按此速率发送（突发 5 条）。"),
+    "plugin.qq.queue_size": ("入站队列", "等待交给智能体的消息数；超出的新消息被丢弃并计数。"),
+    "plugin.qq.reconnect_max": ("最长重连间隔（秒）", "正向模式：重连从 1 秒开始退避，最多到此值。"),
 }
 
 SOURCE_FIELDS_ZH: dict[str, tuple[str, str]] = {
