@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,17 @@ async def test_a_base_url_that_is_no_http_url_is_refused_before_any_request(web:
             tested = await c.post("/api/v1/llm/test", json={"name": "x", "adapter": "openai", "base_url": url,
                                                             "model": "m", "api_key": "k"})
             assert tested.status_code == 400 and "http:// or https://" in tested.json()["error"], url
+
+
+def test_the_shipped_qq_plugin_settings_have_chinese_labels_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    import homeagent.plugins.bundled as bundled
+    from homeagent.config.labels_zh import ZH
+
+    monkeypatch.syspath_prepend(str(Path(bundled.__path__[0]) / "qq"))
+    for name in [m for m in sys.modules if m == "qqbot" or m.startswith("qqbot.")]:
+        monkeypatch.delitem(sys.modules, name)  # put back as they were afterwards
+    from qqbot.plugin import _defs
+
+    assert [d.key for d in _defs() if f"plugin.qq.{d.key}" not in ZH] == []
+    for name in [m for m in sys.modules if m == "qqbot" or m.startswith("qqbot.")]:
+        monkeypatch.delitem(sys.modules, name)
