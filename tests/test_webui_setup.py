@@ -178,4 +178,4 @@ def test_the_shipped_qq_plugin_settings_have_chinese_labels_too(monkeypatch: pyt
 
     assert [d.key for d in _defs() if f"plugin.qq.{d.key}" not in ZH] == []
     for name in [m for m in sys.modules if m == "qqbot" or m.startswith("qqbot.")]:
-        monkeypatch.delitem(sys.modules, name)
+        del sys.modules[name]  # ours, imported above: gone again (any earlier ones come back at teardown)
