@@ -137,6 +137,15 @@ async def test_every_documented_command_runs_against_a_real_daemon(tmp_path: Pat
         listed = (await sh("homeagent plugin list"))[1]
         assert "weather" in listed and "running" in listed.split("weather", 1)[1].splitlines()[0]
         assert (work / "weather-0.1.0.hmap").is_file()
+        # plugins.md: a plugin that fails to load is listed as `failed` with its error
+        broken = data / "plugins" / "broken"
+        broken.mkdir()
+        (broken / "plugin.json").write_text('{"name": "broken", "version": "1.0.0", "entry": "main.lua"}')
+        (broken / "main.lua").write_text("this is not lua (")
+        assert (await sh("homeagent plugin reload broken"))[0] in (0, 1)
+        listed = (await sh("homeagent plugin list"))[1]
+        row = next(line for line in listed.splitlines() if line.startswith("broken "))
+        assert "failed" in row and "  error: " in listed.split(row, 1)[1].splitlines()[1], listed
         assert (home / "backups" / "homeagent-2026-12-04").is_dir()
         assert (home / "homeagent-restored" / "config.db").exists() or any((home / "homeagent-restored").iterdir())
     finally:
