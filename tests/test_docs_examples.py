@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from homeagent.daemon import Daemon
 from tests.conftest import offline_tool
 
@@ -76,6 +78,8 @@ def test_doc_commands_are_all_classified() -> None:
     assert set(EXPECT_FAIL) <= set(lines)
 
 
+@pytest.mark.xdist_group("processes")
+@pytest.mark.timeout(600)  # some 50 CLI processes, each a Python start-up
 async def test_every_documented_command_runs_against_a_real_daemon(tmp_path: Path) -> None:
     """Each shell block of the docs, line by line in one shell per line, as a user would type it.
 
