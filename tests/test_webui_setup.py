@@ -179,3 +179,32 @@ def test_the_shipped_qq_plugin_settings_have_chinese_labels_too(monkeypatch: pyt
     assert [d.key for d in _defs() if f"plugin.qq.{d.key}" not in ZH] == []
     for name in [m for m in sys.modules if m == "qqbot" or m.startswith("qqbot.")]:
         del sys.modules[name]  # ours, imported above: gone again (any earlier ones come back at teardown)
+
+
+async def test_reorder_around_a_source_from_the_environment(tmp_path: Path) -> None:
+    """The env source keeps priority 0 (nothing stores its own): configured ones go before or after it."""
+    from homeagent.config import ConfigRegistry, core_defs
+    from homeagent.llm_control import LLMControl
+
+    config = ConfigRegistry(tmp_path / "config.db")
+    for d in core_defs(tmp_path):
+        config.register_def(d)
+    env = {"HOMEAGENT_LLM_BASE_URL": "http://127.0.0.1:9/v1", "HOMEAGENT_LLM_API_KEY": "k",
+           "HOMEAGENT_LLM_MODEL": "m"}
+    llm = LLMControl(config, DataPaths(tmp_path), env=env)
+    try:
+        for name in ("a", "b", "c"):
+            llm.save_source({"name": name, "adapter": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m",
+                             "api_key": "k"})
+        assert [s["name"] for s in llm.sources()["sources"]] == ["env", "a", "b", "c", "offline"]
+        for order in (["b", "env", "c", "a"], ["c", "a", "b", "env"], ["env", "a", "c", "b"]):
+            after = llm.reorder({"names": order})
+            assert [s["name"] for s in after["sources"]] == [*order, "offline"], order
+            assert not next(s for s in after["sources"] if s["name"] == "env")["configured"]
+        with pytest.raises(ValueError, match="every source once"):
+            llm.reorder({"names": ["a", "a", "b", "c"]})
+        with pytest.raises(ValueError, match="no configured LLM source"):
+            llm.remove_source({"name": "env"})
+    finally:
+        await llm.close()
+        config.close()
