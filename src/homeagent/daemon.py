@@ -782,6 +782,8 @@ def run_daemon(
             say(f"  LLM:      {daemon.llm.manager.current_source()}")
             for note in [*daemon.llm.notes, *daemon.notes]:
                 say(f"  note: {note}")
+            if daemon.web_url and not [s for s in daemon.llm.manager.list_sources() if not s.fallback]:
+                say(f"  set up a language model: {daemon.web_url}#/setup")
             await daemon.stopped.wait()
             say("stopping…")
         finally:  # whatever happened above, every subsystem is stopped in order
