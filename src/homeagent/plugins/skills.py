@@ -507,9 +507,15 @@ class SkillCatalog:
 
     async def _relevant_section(self, user_text: str, fallback: str) -> str:
         """More skills than the budget holds: list the ones closest to this message (tokenising runs off the loop)."""
+        listed = self._offered()  # taken here: the loop may add or remove skills while the thread ranks
         try:
-            return await asyncio.wait_for(asyncio.to_thread(self.relevant_block, user_text), RANK_TIMEOUT)
+            return await asyncio.wait_for(
+                asyncio.to_thread(self.relevant_block, user_text, listed, self._generation), RANK_TIMEOUT
+            )
         except TimeoutError:  # the word segmenter's first load; this turn gets the alphabetical list
+            return fallback
+        except Exception:
+            log.exception("ranking the skills failed; listing them by name")
             return fallback
 
     def prompt_block(self) -> str:
@@ -524,19 +530,24 @@ class SkillCatalog:
         self._cache = (self._generation, budget, text, shown == total)
         return text, shown == total
 
-    def relevant_block(self, user_text: str) -> str:
+    def _offered(self) -> list[Skill]:
+        return [s for s in self.skills() if s.eligible and s.model_invocable]
+
+    def relevant_block(self, user_text: str, listed: list[Skill] | None = None, generation: int | None = None) -> str:
         """The index with the skills ranked by BM25 against ``user_text`` (then by name); blocking."""
-        listed = [s for s in self.skills() if s.eligible and s.model_invocable]
+        if listed is None:
+            listed, generation = self._offered(), self._generation
         if self._analyzer is None:
             self._analyzer = Analyzer()
         analyzer = self._analyzer
-        if self._index is None or self._index[0] != self._generation:
+        cached = self._index
+        if cached is None or cached[0] != generation:
             index = LexicalIndex()
             index.add_many(
                 (s.name, analyzer.tokens(f"{re.sub(r'[-_]+', ' ', s.name)} {s.name} {s.description}")) for s in listed
             )
-            self._index = (self._generation, index)
-        scores = self._index[1].score_array(analyzer.tokens(user_text), [s.name for s in listed])
+            cached = self._index = (generation if generation is not None else -1, index)
+        scores = cached[1].score_array(analyzer.tokens(user_text), [s.name for s in listed])
         ranked = [s for _, _, s in sorted(zip((-float(x) for x in scores), range(len(listed)), listed, strict=True))]
         return self._render(self._budget_now(), ranked, by_relevance=True)[0]
 
@@ -544,7 +555,7 @@ class SkillCatalog:
         self, budget: int, ranked: list[Skill] | None = None, *, by_relevance: bool = False
     ) -> tuple[str, int, int]:
         """(text, skills listed, skills offered): as many as fit, in ``ranked`` order (else by name)."""
-        listed = ranked if ranked is not None else [s for s in self.skills() if s.eligible and s.model_invocable]
+        listed = ranked if ranked is not None else self._offered()
         if not listed:
             return "", 0, 0
         # Most skills live at <plugins>/<name>/SKILL.md: say that once, show only the exceptions.
