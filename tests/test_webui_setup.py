@@ -208,3 +208,33 @@ async def test_reorder_around_a_source_from_the_environment(tmp_path: Path) -> N
     finally:
         await llm.close()
         config.close()
+
+
+def test_llm_add_order_remove_from_the_cli_without_a_daemon(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from homeagent.cli.main import main
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(["--data-dir", str(data_dir), "llm", *args])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    code, out, _ = run("add", "ds", "--adapter", "deepseek", "--api-key", "sk-cli-1234")
+    assert code == 0 and "added LLM source ds: deepseek deepseek-chat at https://api.deepseek.com" in out
+    assert "sk-cli-1234" not in out
+    code, out, _ = run("add", "local", "--adapter", "ollama", "--model", "qwen2.5:7b")
+    assert code == 0 and "at http://127.0.0.1:11434" in out
+    code, out, _ = run("order", "local", "ds")
+    assert code == 0 and out.strip() == "fallback order: local > ds > offline"
+    code, _, err = run("order", "ds")
+    assert code == 1 and "every source once" in err
+    code, out, _ = run("add", "ds", "--model", "deepseek-reasoner")  # a change keeps the stored key and adapter
+    assert code == 0 and "changed LLM source ds: deepseek deepseek-reasoner" in out
+    code, _, err = run("add", "x", "--base-url", "not a url", "--model", "m", "--api-key", "k")
+    assert code == 1 and "http:// or https://" in err
+    code, out, _ = run("remove", "local")
+    assert code == 0 and "removed LLM source local" in out
+    code, _, err = run("remove", "local")
+    assert code == 1 and "no configured LLM source" in err
+    _, out, _ = run("sources", "--json")
+    sources = json.loads(out)["sources"]
+    assert [s["name"] for s in sources] == ["ds", "offline"] and sources[0]["model"] == "deepseek-reasoner"

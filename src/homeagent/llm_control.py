@@ -27,7 +27,7 @@ from homeagent.providers.base import ChatRequest, Provider, ProviderError
 from homeagent.providers.http import SharedSession
 from homeagent.providers.manager import ProviderManager
 from homeagent.providers.offline import OfflineProvider
-from homeagent.providers.presets import preset_list
+from homeagent.providers.presets import PRESETS, preset_list
 from homeagent.providers.sources import build_sources
 
 log = logging.getLogger("homeagent.llm")
@@ -150,6 +150,11 @@ class LLMControl:
         """Write one source's fields (all checked before any is written); new sources go last in the order."""
         name, spec = self._spec(params, existing=False)
         is_new = name not in self.config.sources()
+        preset = next((p for p in PRESETS if p.adapter == spec.get("adapter")), None)
+        if is_new and preset is not None:  # `llm add ds --adapter deepseek --api-key …` needs nothing more
+            spec.setdefault("base_url", preset.base_url)
+            if preset.model:
+                spec.setdefault("model", preset.model)
         if not spec.get("base_url") and is_new:
             raise ValueError("base_url is required")
         if not spec.get("model") and is_new:
