@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from homeagent import __version__
 from homeagent.agent.agent import Agent
+from homeagent.agent.media_input import MediaTurnPath
 from homeagent.agent.memory_port import RecentTurns, TurnMemory
 from homeagent.agent.process import LLMSlot, TurnRunner, TurnSettings
 from homeagent.agent.prompt import PromptBuilder
@@ -71,6 +72,7 @@ from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
 from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest
+from homeagent.providers.describe import DescribeSettings, FallbackDescriber, FallbackTranscriber, TranscribeSettings
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 from homeagent.startup import AGENT, APPROVALS, MEMORY, PLUGINS, WEB, Startup, StillStarting
 from homeagent.threads import run_detached
@@ -172,6 +174,7 @@ class Daemon:
             textlog=self.textlog,
             settings=settings,
             gate=self.approvals,
+            media=self._media_turn_path(),
         )
         self.agent = Agent(self.io, self.runner)
 
@@ -224,7 +227,8 @@ class Daemon:
                 data_dir=self.paths.root,
                 textlog=self.textlog,
                 cleaners=self.cleaners,
-                docs=DocMemoryService(self.docs),
+                docs=DocMemoryService(self.docs, media=self.media,
+                                      max_bytes=lambda: cfg.get_int("core.memory.media.max_bytes", 20 * 1024 * 1024)),
                 context=self.context,
                 graph=self.graph,
                 knowledge=self.knowledge,
@@ -330,13 +334,13 @@ class Daemon:
             analyzer=analyzer,
             log=log,
         )
-        self.memory: TurnMemory = ContextTurnMemory(self.context)
         graph_path = self.paths.resolve(cfg.get_str("core.memory.graph", ""), mem / "graph.db")
         self.graph = await self._open_store(
             graph_path, "memory graph", lambda: GraphDB.open(graph_path),
             kept="documents, the conversation window and the text log are",
         )
         await self._start_media()
+        self.memory: TurnMemory = ContextTurnMemory(self.context, media=self.media)
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
@@ -431,6 +435,24 @@ class Daemon:
             self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"), owners=self._media_owners()
         )
         self.media_gc.start()
+
+    def _media_turn_path(self) -> MediaTurnPath:
+        """The media turn path: images to a model that sees, else described by the image fallback source."""
+        cfg = self.config
+        manager = self.llm.manager
+        describer = FallbackDescriber(manager, DescribeSettings(
+            source=lambda: cfg.get_str("core.input_processing.image.fallback_provider", ""),
+            model=lambda: cfg.get_str("core.input_processing.image.fallback_model", ""),
+            describe_prompt=lambda: cfg.get_str("core.input_processing.image.describe_prompt", ""),
+            ocr_enabled=lambda: cfg.get_bool("core.input_processing.image.ocr_enabled", True),
+            ocr_prompt=lambda: cfg.get_str("core.input_processing.image.ocr_prompt", ""),
+        ))
+        transcriber = FallbackTranscriber(manager, TranscribeSettings(
+            source=lambda: cfg.get_str("core.input_processing.audio.fallback_provider", ""),
+            model=lambda: cfg.get_str("core.input_processing.audio.fallback_model", ""),
+            prompt=lambda: cfg.get_str("core.input_processing.audio.describe_prompt", ""),
+        ))
+        return MediaTurnPath(self.media, manager.sees_images, describer, transcriber)
 
     def _media_owners(self) -> MediaOwners:
         return MediaOwners(documents=self.docs, window=self.context, graph=self.graph)

@@ -16,6 +16,8 @@ cannot be reached only logs. Nothing a server does can stop the daemon.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import logging
@@ -26,7 +28,7 @@ from typing import Any
 
 from homeagent.config.values import parse_duration
 from homeagent.sdk.api import PluginSDK
-from homeagent.sdk.types import ConfigDef, ToolDef
+from homeagent.sdk.types import ConfigDef, MediaBlock, ToolDef
 
 __all__ = ["MCPPlugin", "ServerSpec", "create_plugin", "parse_servers"]
 
@@ -103,18 +105,38 @@ def parse_servers(raw: Any) -> tuple[list[ServerSpec], list[str]]:
     return out, problems
 
 
-def _result_value(result: Any) -> Any:
-    """A CallToolResult as what our tools return: text, or ``{"isError", "content"}``."""
+def _result_value(result: Any, media: Callable[[list[MediaBlock]], None] | None = None) -> Any:
+    """A CallToolResult as what our tools return: text, or ``{"isError", "content"}``.
+
+    Images go to ``media`` (the SDK's ``set_tool_blocks``: the model sees them
+    after the tool result, and they are kept in the media store); the text
+    says so. Without it, or for audio, the text names the item only.
+    """
     parts: list[str] = []
+    blocks: list[MediaBlock] = []
     for item in getattr(result, "content", None) or []:
         kind = getattr(item, "type", "")
         if kind == "text":
             parts.append(str(getattr(item, "text", "")))
+        elif kind == "image" and media is not None and len(blocks) < 10:
+            mime = str(getattr(item, "mime_type", "") or "")
+            try:
+                data = base64.b64decode(str(getattr(item, "data", "") or ""), validate=True)
+            except (binascii.Error, ValueError):
+                parts.append(f"[image {mime}: not valid base64, dropped]")
+                continue
+            blocks.append(MediaBlock(mime=mime, data=data, description=f"image from {mime or 'the tool'}"))
+            parts.append(f"[image {mime}, {len(data)} bytes: shown to you after this result]")
         elif kind in ("image", "audio"):
             parts.append(f"[{kind} {getattr(item, 'mime_type', '')}, {len(getattr(item, 'data', '') or '')} base64 chars]")
         else:
             dump = item.model_dump(mode="json", exclude_none=True) if hasattr(item, "model_dump") else str(item)
             parts.append(json.dumps(dump, ensure_ascii=False))
+    if blocks and media is not None:
+        try:
+            media(blocks)
+        except (ValueError, RuntimeError) as exc:  # too large, or not in a turn (a direct call): the text stays
+            parts.append(f"(the images could not be shown: {exc})")
     text = "\n".join(parts)
     structured = getattr(result, "structured_content", None)
     if len(text) > MAX_RESULT_CHARS:
@@ -270,7 +292,7 @@ class _Server:
                     return {"isError": True, "content": f"MCP {self.spec.name}/{remote}: {_describe(e)}"}
                 self.broken.set()
                 return {"isError": True, "content": f"MCP server {self.spec.name!r} failed: {_describe(e)}"}
-            return _result_value(result)
+            return _result_value(result, self.plugin.sdk.set_tool_blocks)
 
         return call
 

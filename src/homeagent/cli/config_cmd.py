@@ -154,7 +154,7 @@ def cmd_llm_sources(args: argparse.Namespace) -> int:
         mark = "* " if src.get("name") == result.get("current") else "  "
         print(
             f"{mark}{src.get('name', ''):<14}{src.get('adapter', ''):<11}{src.get('model', ''):<28}"
-            f"{src.get('state', ''):<10}{src.get('base_url', '')}"
+            f"{src.get('state', ''):<10}{src.get('base_url', '')}{'  (sees images)' if src.get('vision') else ''}"
         )
     return 0
 

@@ -149,4 +149,6 @@ SOURCE_FIELDS_ZH: dict[str, tuple[str, str]] = {
     "priority": ("优先级", "回退顺序：数值大的先尝试。"),
     "context_window": ("上下文窗口", "模型接受的 token 数；0 表示未知。"),
     "thinking_enabled": ("思考", "在服务商支持时请模型给出思考过程。"),
+    "vision": ("视觉", "模型能看图：附加的图片以图片形式发给它。关闭时由 core.input_processing.image.fallback_provider "
+                       "描述图片，或只以其标记文字发送。"),
 }
