@@ -187,6 +187,17 @@ async def test_mcp_import_of_a_claude_desktop_block_shows_each_server(setup: Set
         stored = json.loads(servers) if isinstance(servers, str) else servers
         assert [s["name"] for s in stored] == ["calc"]
         assert stored[0]["env"] == {"API_TOKEN": "tok-123"}, "the page saved the masked value back as it was"
+
+        # the add form: a command line with a quoted argument, and env lines
+        await page.fill("#mcp-name", "notes")
+        await page.fill("#mcp-target", '/no/such/notes-server --root "/home/me/My Notes"')
+        await page.fill("#mcp-env", "NOTES_KEY=abc=def")
+        await page.click("#mcp-add")
+        await expect(page.locator("#mcp-servers tr[data-server='notes']")).to_be_visible()
+        servers = setup.web.daemon.config.get("plugin.mcp.servers")
+        added = next(s for s in (json.loads(servers) if isinstance(servers, str) else servers) if s["name"] == "notes")
+        assert added == {"name": "notes", "command": "/no/such/notes-server", "args": ["--root", "/home/me/My Notes"],
+                         "env": {"NOTES_KEY": "abc=def"}}
         assert not page.errors  # type: ignore[attr-defined]
     finally:
         await context.close()

@@ -7,6 +7,15 @@ import { t } from "../i18n.js";
 
 const KEY = "plugin.mcp.servers";
 
+// a command line as a shell would split it for the simple cases: spaces, and "…" or '…' around an argument
+export function splitArgs(text) {
+  const out = [];
+  const re = /"((?:[^"\\]|\\.)*)"|'([^']*)'|(\S+)/g;
+  let m;
+  while ((m = re.exec(text)) !== null) out.push(m[1] !== undefined ? m[1].replace(/\\(.)/g, "$1") : m[2] !== undefined ? m[2] : m[3]);
+  return out;
+}
+
 // the stored setting (our list, or a pasted Claude Desktop object) as a list of entries
 function asList(value) {
   let raw = value;
@@ -106,7 +115,7 @@ export async function mount(root) {
     if (!n || !tgt) { toast(t("mcp.need_fields"), "error"); return; }
     if (servers.some((s) => s.name === n)) { toast(t("mcp.exists", { name: n }), "error"); return; }
     const entry = /^https?:\/\//.test(tgt) ? { name: n, url: tgt } : (() => {
-      const parts = tgt.split(/\s+/);
+      const parts = splitArgs(tgt);
       return { name: n, command: parts[0], args: parts.slice(1) };
     })();
     const vars = parseEnv(env.value);
