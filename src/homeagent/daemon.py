@@ -607,6 +607,9 @@ class Daemon:
             "llm.sources": lambda _: self.llm.sources(),
             "llm.use": guarded(self.llm.use),
             "llm.test": self.llm.test,
+            "llm.add": guarded(self.llm.save_source),
+            "llm.remove": guarded(self.llm.remove_source),
+            "llm.order": guarded(self.llm.reorder),
             "agent.cancel": lambda _: {"cancelled": self._cancel_turn()},
             "memory.loops": lambda _: self.memory_loops.stats(),
             "memory.run_loop": lambda p: self.memory_loops.run_now(str(p.get("name", ""))),
@@ -804,6 +807,8 @@ def run_daemon(
             say(f"  LLM:      {daemon.llm.manager.current_source()}")
             for note in [*daemon.llm.notes, *daemon.notes]:
                 say(f"  note: {note}")
+            if daemon.web_url and not [s for s in daemon.llm.manager.list_sources() if not s.fallback]:
+                say(f"  set up a language model: {daemon.web_url}#/setup")
             await daemon.stopped.wait()
             say("stopping…")
         finally:  # whatever happened above, every subsystem is stopped in order

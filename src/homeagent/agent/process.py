@@ -125,6 +125,7 @@ class _Turn:
     tool_outputs: list[ToolOutput] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
     source: str = ""
+    fallback_from: str = ""
     rounds: int = 0
     values: TurnValues = field(default_factory=TurnValues)
     no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
@@ -368,6 +369,7 @@ class TurnRunner:
             finally:
                 self.slot.task = None
             turn.source = response.source or turn.source
+            turn.fallback_from = response.fallback_from if response.source else turn.fallback_from
             for key, value in response.usage.to_dict().items():
                 turn.usage[key] = turn.usage.get(key, 0) + value
             return response
@@ -584,6 +586,7 @@ class TurnRunner:
             source=turn.source,
             interrupted=interrupted,
             input_id=message.id,
+            fallback_from=turn.fallback_from,
         )
         if not turn.consolidation:  # durable before the reply is delivered: an acknowledged turn survives kill -9
             try:
@@ -647,6 +650,7 @@ class TurnRunner:
                     "id": message.id,
                     "usage": result.usage,
                     "source": result.source,
+                    "fallback_from": result.fallback_from,
                 }
             )
             return

@@ -47,8 +47,26 @@ class ServerSpec:
     url: str = ""
 
 
+def from_claude_desktop(raw: Mapping[str, Any]) -> list[Any]:
+    """Claude Desktop's ``{"mcpServers": {name: {command, args, env} | {url}}}`` (or the inner object) as our list.
+
+    The block people copy from a server's README works as pasted; entries keep
+    anything we do not know so ``parse_servers`` reports them one by one.
+    """
+    inner = raw.get("mcpServers", raw)
+    if not isinstance(inner, Mapping):
+        return [inner]
+    out: list[Any] = []
+    for name, spec in inner.items():
+        out.append({**spec, "name": name} if isinstance(spec, Mapping) else spec)
+    return out
+
+
 def parse_servers(raw: Any) -> tuple[list[ServerSpec], list[str]]:
-    """The valid server entries of the ``servers`` setting, and one problem line per bad entry."""
+    """The valid server entries of the ``servers`` setting, and one problem line per bad entry.
+
+    Our list form and Claude Desktop's ``mcpServers`` object are both read.
+    """
     problems: list[str] = []
     if raw in (None, ""):
         return [], problems
@@ -57,8 +75,10 @@ def parse_servers(raw: Any) -> tuple[list[ServerSpec], list[str]]:
             raw = json.loads(raw)
         except ValueError as e:
             return [], [f"servers is not JSON: {e}"]
+    if isinstance(raw, Mapping):
+        raw = from_claude_desktop(raw)
     if not isinstance(raw, list):
-        return [], ["servers must be a JSON list of {name, command, args, env, url}"]
+        return [], ['servers must be a JSON list of {name, command, args, env, url} or {"mcpServers": {...}}']
     out: list[ServerSpec] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
@@ -295,6 +315,7 @@ class MCPPlugin:
         self.name = name
         self._sdk: PluginSDK | None = None
         self.servers: dict[str, _Server] = {}
+        self.problems: list[str] = []
 
     @property
     def sdk(self) -> PluginSDK:
@@ -325,7 +346,8 @@ class MCPPlugin:
         s = sdk.settings
         s.register_def(ConfigDef(key="servers", default="[]", type="json", category="mcp", display_name="MCP servers",
                                  description='JSON list: [{"name": "fs", "command": "npx", "args": [...], "env": {}}, '
-                                             '{"name": "web", "url": "http://host/mcp"}]', owner_only=True))
+                                             '{"name": "web", "url": "http://host/mcp"}], or Claude Desktop\'s '
+                                             '{"mcpServers": {"fs": {"command": ...}}} as pasted.', owner_only=True))
         s.register_def(ConfigDef(key="connect_timeout", default="30s", type="duration", category="mcp",
                                  display_name="Connect timeout", description="Time allowed to start and list tools."))
         s.register_def(ConfigDef(key="call_timeout", default="2m", type="duration", category="mcp",
@@ -336,6 +358,7 @@ class MCPPlugin:
                                  display_name="Longest reconnect wait",
                                  description="Reconnect delays double from 1s up to this."))
         specs, problems = parse_servers(s.get("servers", "[]"))
+        self.problems = problems
         for problem in problems:
             log.warning("mcp: %s", problem)
         loop = asyncio.get_running_loop()
@@ -358,6 +381,19 @@ class MCPPlugin:
 
     def status(self) -> dict[str, Any]:
         return {n: {"state": s.state, "tools": sorted(s.tools), "error": s.error} for n, s in self.servers.items()}
+
+    def health(self) -> dict[str, Any]:
+        """Per-server state for `plugin info mcp`, `homeagent status` and the web UI's MCP page.
+
+        Names, counts and error texts only: a server's env (API keys) never
+        leaves its process spec.
+        """
+        servers = {
+            n: {"state": s.state, "tools": len(s.tools), "tool_names": sorted(s.tools), "error": s.error,
+                "transport": "http" if s.spec.url else "stdio"}
+            for n, s in self.servers.items()
+        }
+        return {"servers": servers, "problems": list(self.problems)}
 
 
 def create_plugin(name: str, config: Mapping[str, Any]) -> MCPPlugin:

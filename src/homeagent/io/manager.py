@@ -43,6 +43,7 @@ class TurnResult:
     source: str = ""
     interrupted: bool = False
     input_id: str = ""
+    fallback_from: str = ""  # set when a fallback LLM source answered instead of the first in line
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -55,6 +56,7 @@ class TurnResult:
             "source": self.source,
             "interrupted": self.interrupted,
             "id": self.input_id,
+            "fallback_from": self.fallback_from,
         }
 
 

@@ -87,6 +87,8 @@ class ChatResponse:
     usage: Usage = field(default_factory=Usage)
     source: str = ""
     model: str = ""
+    # the source that was first in line when another one answered (the chat shows "answered by the fallback")
+    fallback_from: str = ""
 
 
 class ProviderError(Exception):

@@ -345,6 +345,8 @@ class ProviderManager:
                 continue
             self._record_success(source)
             response.source = source.name
+            if ordered[0] is not source:
+                response.fallback_from = ordered[0].name
             return response
         raise AllProvidersFailed(attempts)
 

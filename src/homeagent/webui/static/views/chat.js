@@ -89,6 +89,9 @@ class AssistantMessage {
     this.reasoningBox.open = false;
     const usage = frame.usage || {};
     clear(this.meta).append([frame.source, usage.total ? `${usage.total} tokens` : ""].filter(Boolean).join(" · "));
+    if (frame.fallback_from) {
+      this.el.append(h("div", { class: "notice fallback-note" }, t("chat.fallback", { source: frame.source, from: frame.fallback_from })));
+    }
     this.el.classList.add(frame.ok === false && !frame.interrupted ? "failed" : "done");
   }
 }
