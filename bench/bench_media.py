@@ -16,6 +16,16 @@ method sees it, p50 / p95; MB/s from the p50):
 * ``baseline: read + sha256`` -- read a file and hash it.
 * ``get (verified)`` -- ``MediaStore.get``: metadata lookup, read, re-hash, compare.
 
+Turn rows (``--turns N``, 0 to skip): the added latency of one 1 MB image in a turn. A real
+``TurnRunner`` with the media turn path and a real store, the OpenAI adapter and the scripted
+fake OpenAI server in a child process (bench/fake_llm_proc.py), a one-word reply; the same
+turn with and without the image, alternated. ``by digest`` is how web uploads and ``ask
+--image`` arrive (stored before the turn: the turn reads and re-checks it), ``as bytes`` how a
+plugin's ``inject_input_media`` does (the turn stores it). Beside them, in the same run: ``read +
+sha256`` of the same bytes (the floor any verified read pays) and ``prepare`` alone (store
+read/put, base64, the content parts), and each adapter's ``build_request`` with and without
+the image (what Lua adds to reshape a 1.4 MB data URL).
+
 GC rows: a store of ``--gc-blobs`` small blobs, half referenced, set up by
 writing files and rows in bulk (setting 100k blobs up through ``put`` would
 only measure fsync); then one pass that marks the unreferenced half, one
@@ -25,6 +35,8 @@ that sweeps it (``min_age=0``), and one on the settled store.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import base64
 import hashlib
 import os
 import sqlite3
@@ -34,8 +46,21 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from homeagent.agent.media_input import MediaTurnPath
+from homeagent.agent.memory_port import RecentTurns
+from homeagent.agent.process import TurnRunner
+from homeagent.agent.prompt import PromptBuilder
+from homeagent.agent.stages import StageHost
+from homeagent.agent.tools import ToolRegistry
+from homeagent.events import EventBus
+from homeagent.io.manager import InputMessage
 from homeagent.memory.media import MediaStore
 from homeagent.memory.media.blobs import fsync_dir
+from homeagent.providers.adapter import RequestContext, request_parts
+from homeagent.providers.adapter_loader import AdapterLoader
+from homeagent.providers.lua_provider import LuaAdaptedProvider
+from homeagent.providers.manager import ProviderManager
+from homeagent.sdk.types import MediaBlock
 
 SIZES = (("10 KB", 10 * 1024, 200), ("1 MB", 1024 * 1024, 40), ("20 MB", 20 * 1024 * 1024, 6))
 
@@ -156,9 +181,79 @@ def gc_rows(folder: Path, n: int) -> list[tuple[str, float, str]]:
     return out
 
 
+async def turn_rows(folder: Path, n: int) -> list[tuple[str, list[float]]]:
+    from bench.fake_llm_proc import RemoteFake
+    from tests.fakes.llm_openai import Turn
+
+    store = MediaStore(folder / "turns", cap=0, min_age=3600)
+    images = [payload(1024 * 1024, 10_000 + i) for i in range(2 * n + 2)]
+    stored = [store.put_bytes(images[i], source="bench").info.digest for i in range(n + 1)]
+    loader = AdapterLoader()
+    rows: dict[str, list[float]] = {k: [] for k in (
+        "turn, text only", "turn + 1 MB image by digest", "turn + 1 MB image as bytes",
+        "baseline: read + sha256 (1 MB)", "prepare: image by digest", "prepare: image as bytes")}
+    try:
+        async with RemoteFake() as fake:
+            provider = LuaAdaptedProvider("bench", fake.base_url, "sk-bench", "gpt-bench", lambda: loader.get("openai"),
+                                          adapter_name="openai", vision=True)
+            manager = ProviderManager([provider])
+            path = MediaTurnPath(store, manager.sees_images)
+            runner = TurnRunner(stages=StageHost(), tools=ToolRegistry(), run_llm=manager.run,
+                                prompt=PromptBuilder(identity=lambda: "You are a bench."), memory=RecentTurns(),
+                                events=EventBus(), media=path)
+
+            async def turn(media: list[MediaBlock]) -> float:
+                await fake.script(Turn.text("ok"))
+                t0 = time.perf_counter()
+                result = await runner.run(InputMessage("what is in this picture?", "bench", "bench", media=media))
+                took = time.perf_counter() - t0
+                assert result.ok, result.error
+                return took
+
+            await turn([])  # warm: connection, adapter, caches
+            await turn([MediaBlock(digest=stored[-1])])
+            for i in range(n):
+                rows["turn, text only"].append(await turn([]))
+                rows["turn + 1 MB image by digest"].append(await turn([MediaBlock(digest=stored[i])]))
+                rows["turn + 1 MB image as bytes"].append(await turn([MediaBlock(mime="image/png",
+                                                                                data=images[n + 1 + i])]))
+                files_path = store.files.blobs / stored[i][:2] / stored[i]
+                t0 = time.perf_counter()
+                hashlib.sha256(files_path.read_bytes()).hexdigest()
+                rows["baseline: read + sha256 (1 MB)"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                await path.prepare("x", [MediaBlock(digest=stored[i])])
+                rows["prepare: image by digest"].append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                await path.prepare("x", [MediaBlock(data=images[i] + b"p")])
+                rows["prepare: image as bytes"].append(time.perf_counter() - t0)
+            await manager.aclose()
+        url = "data:image/png;base64," + base64.b64encode(images[0]).decode()
+        for name in ("openai", "anthropic", "gemini", "ollama"):
+            adapter = loader.get(name)
+            ctx = await adapter.context(RequestContext(model="m", stream=True, thinking=False))
+            for label, content in (("text only", "what is in this picture?"),
+                                   ("+ 1 MB image", [{"type": "text", "text": "what is in this picture?"},
+                                                     {"type": "image_url", "image_url": {"url": url}}])):
+                times = []
+                for i in range(n):
+                    req = {"model": "m", "stream": True, "thinking": False, "messages": [
+                        {"role": "system", "content": "You are a bench."},
+                        {"role": "user", "content": content if isinstance(content, str) else
+                         [{**content[0], "text": f"{i} what is in this picture?"}, content[1]]}]}
+                    t0 = time.perf_counter()
+                    await adapter.build_request(request_parts(req), ctx)
+                    times.append(time.perf_counter() - t0)
+                rows[f"build_request {name}, {label}"] = times
+    finally:
+        store.close()
+    return list(rows.items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gc-blobs", type=int, default=100_000)
+    parser.add_argument("--turns", type=int, default=20, help="samples of the turn rows (0: skip them)")
     parser.add_argument("--dir", help="folder on the disk to measure (default: a temporary folder)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -169,6 +264,11 @@ def main() -> None:
             p50 = statistics.median(values)
             print(f"{name:<34} {label:>6} {len(values):>4} {fmt(p50):>10} {fmt(pct(values, 0.95)):>10} "
                   f"{size / p50 / 1e6:>11.0f}")
+        if args.turns:
+            print()
+            print(f"{'turn (one 1 MB image)':<44} {'n':>4} {'p50':>10} {'p95':>10}")
+            for name, values in asyncio.run(turn_rows(folder, args.turns)):
+                print(f"{name:<44} {len(values):>4} {fmt(statistics.median(values)):>10} {fmt(pct(values, 0.95)):>10}")
         print()
         print(f"{'GC step':<44} {'time':>10}  result")
         for name, took, note in gc_rows(folder, args.gc_blobs):

@@ -184,6 +184,32 @@ async def main() -> None:
         )
         lines.append(row("  skills listed within the budget", f"{block.count(chr(10) + '- ')}", f"{args.skills}", ""))
 
+        # over budget: the skills closest to the message (BM25) against the cached by-name list
+        sk_svc.config.set_plugin("skills", "prompt_budget", 3000)
+        catalog = sk_reg.skills
+        catalog.prompt_block()
+        started = time.perf_counter()
+        for _ in range(200):
+            catalog.prompt_block()
+        by_name_us = (time.perf_counter() - started) / 200 * 1e6
+        catalog.relevant_block("please help with task 17")  # builds the index once per change of the skills
+        started = time.perf_counter()
+        for i in range(200):
+            ranked = catalog.relevant_block(f"please help with task {i % args.skills}")
+        ranked_us = (time.perf_counter() - started) / 200 * 1e6
+        lines.append(
+            row(
+                f"skills block over budget, by relevance (us/turn, {args.skills} skills)",
+                f"{ranked_us:.0f}",
+                f"{by_name_us:.1f} (by name, cached)",
+                f"{ranked_us / max(by_name_us, 1e-9):.0f}x",
+            )
+        )
+        first = next(line for line in ranked.splitlines() if line.startswith("- "))
+        listed = ranked.count("\n- ")
+        lines.append(row("  the asked-for skill listed first", str(first.startswith(f"- skill-{(args.skills - 1):03d}:")),
+                         f"{listed} of {args.skills} listed", ""))
+
         async def builtin_echo(a: dict[str, Any]) -> Any:
             return {"echo": a["text"]}
 

@@ -221,7 +221,15 @@ async def test_missing_api_key_gives_one_clear_note_and_offline_answers(
 async def test_llm_cli_sources_use_and_test(llm_daemon: Daemon, fake: FakeOpenAI) -> None:
     listing = await run_cli(llm_daemon.paths.root, "llm", "sources")
     assert listing.code == 0 and "env" in listing.out and "offline" in listing.out
-    assert "sk-test-secret" not in listing.out
+    assert "sk-test-secret" not in listing.out and "(sees images)" not in listing.out
+    llm_daemon.config.set("core.llm.sources.eyes.base_url", fake.base_url)
+    llm_daemon.config.set("core.llm.sources.eyes.model", "gpt-4o")
+    llm_daemon.config.set("core.llm.sources.eyes.api_key", "sk-eyes-0123456789")
+    llm_daemon.config.set("core.llm.sources.eyes.vision", True)
+    await llm_daemon.llm.reload()
+    listing = await run_cli(llm_daemon.paths.root, "llm", "sources")
+    eyes = next(line for line in listing.out.splitlines() if "eyes" in line)
+    assert eyes.endswith("(sees images)") and "gpt-4o" in eyes
     fake.script(Turn.text("pong"))
     tested = await run_cli(llm_daemon.paths.root, "llm", "test", "env")
     assert tested.code == 0 and "pong" in tested.out and "ms" in tested.out

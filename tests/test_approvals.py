@@ -339,3 +339,14 @@ async def test_always_also_releases_the_matching_calls_already_waiting(
         assert not (data_dir / "w" / "p3").exists()
         assert sorted(e["decision"] for e in await d.approvals.decisions()) == [
             "allowed_always", "allowed_by_rule", "denied"]
+
+
+async def test_a_batchs_results_are_listed_as_the_model_asked_whatever_finished_first(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with FakeOpenAI() as fake, agent(data_dir, fake, monkeypatch) as d:
+        d.config.set("core.approvals.rules", json.dumps([{"tool": "cmd_run", "match": "sleep *", "action": "allow"}]))
+        fake.script(Turn.tool_calls([("cmd_run", {"command": "sleep 0.5"}), ("llm_list_sources", {})]),
+                    Turn.text("ok"))
+        result = await d.io.inject_sync("cli", "cli", "wait, then list", timeout=30)
+        assert [(c["tool"], c["status"]) for c in result.tool_calls] == [("cmd_run", "ok"), ("llm_list_sources", "ok")]

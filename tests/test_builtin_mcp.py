@@ -68,7 +68,7 @@ async def test_tools_are_registered_called_and_survive_a_crash(
                           "env": {"MCP_START_LOG": str(starts)}}], ping_interval="300ms", max_backoff="1s")
     async with started(services, "mcp") as plugin:
         await wait_for(lambda: bool(tool_names(services, "calc_")))
-        assert tool_names(services, "calc_") == {"calc_add", "calc_shout", "calc_fail", "calc_die"}
+        assert tool_names(services, "calc_") == {"calc_add", "calc_shout", "calc_fail", "calc_die", "calc_picture"}
         assert "liar" in caplog.text and "skipped" in caplog.text  # the lying schema is refused, with a log line
         add = services.tools.get("calc_add")
         assert add is not None and add.description.startswith("[MCP/calc] Add two integers")
@@ -141,3 +141,47 @@ async def test_mcp_tool_through_the_agent_loop(daemon: Any) -> None:
     result = await daemon.io.inject_sync("test", "test", '/tool calc_add {"a": 20, "b": 22}', timeout=30)
     assert result.ok and "42" in result.text
     assert result.tool_calls[0]["tool"] == "calc_add" and result.tool_calls[0]["status"] == "ok"
+
+
+def test_a_claude_desktop_block_is_read_as_pasted() -> None:
+    block = {"mcpServers": {
+        "fs": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"], "env": {"TOKEN": "s3cret"}},
+        "web": {"type": "http", "url": "http://127.0.0.1:1/mcp"},
+        "broken": {"args": ["no command"]},
+    }}
+    specs, problems = parse_servers(json.dumps(block))
+    assert [(s.name, s.command, s.args, s.env, s.url) for s in specs] == [
+        ("fs", "npx", ["-y", "server-filesystem", "/tmp"], {"TOKEN": "s3cret"}, ""),
+        ("web", "", [], {}, "http://127.0.0.1:1/mcp"),
+    ]
+    assert problems == ["server 'broken': give exactly one of command (stdio) or url (HTTP)"]
+    assert [s.name for s in parse_servers(block["mcpServers"])[0]] == ["fs", "web"]  # the inner object alone
+
+
+async def test_claude_desktop_import_status_and_no_secret_in_the_log(
+    daemon: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What the web UI's import does: the pasted block is stored, the plugin reloaded, each server's status shown."""
+    caplog.set_level(logging.DEBUG)
+    secret = "mcp-env-secret-9137"
+    block = {"mcpServers": {
+        "calc": {"command": sys.executable, "args": [SERVER], "env": {"API_TOKEN": secret}},
+        "ghost": {"command": "/no/such/mcp-server"},
+    }}
+    daemon.config.set("plugin.mcp.connect_timeout", "3s")
+    daemon.config.set("plugin.mcp.servers", block)
+    await daemon.plugins.reload_one("mcp")
+    await wait_for(lambda: daemon.tools.get("calc_add") is not None, within=30)
+
+    def servers() -> dict[str, Any]:
+        return dict(daemon.plugins.info("mcp")["health"]["servers"])
+
+    await wait_for(lambda: bool(servers()["ghost"]["error"]), within=30)
+    status = servers()
+    registered = sorted(t.name for t in daemon.tools.tools() if t.name.startswith("calc_"))
+    assert status["calc"]["state"] == "connected" and not status["calc"]["error"]
+    assert status["calc"]["tools"] == len(registered) > 0 and status["calc"]["tool_names"] == registered
+    assert status["ghost"]["state"] in ("starting", "reconnecting") and status["ghost"]["tools"] == 0
+    assert "no/such/mcp-server" in status["ghost"]["error"] or "No such file" in status["ghost"]["error"]
+    assert secret not in caplog.text
+    assert secret not in json.dumps(daemon.plugins.info("mcp"))

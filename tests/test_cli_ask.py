@@ -156,3 +156,23 @@ async def test_ctrl_c_stops_the_turn_on_the_daemon_and_a_closed_pipe_ends_ask_qu
     code, err = await asyncio.to_thread(pipeline)
     assert code == 141
     assert err == b""
+
+
+async def test_ask_says_when_a_fallback_source_answered(
+    data_dir: Path, llm: FakeOpenAI, daemon: subprocess.Popen[bytes]
+) -> None:
+    """The env source fails; the configured backup answers, and ask says so on stderr (stdout stays the reply)."""
+    async with FakeOpenAI() as backup:
+        for field, value in (("base_url", backup.base_url), ("model", "gpt-fake"), ("api_key", "sk-backup-000")):
+            assert (await run_cli(data_dir, "config", "set", f"core.llm.sources.backup.{field}", value)).code == 0
+        for _ in range(50):
+            sources = await run_cli(data_dir, "llm", "sources")
+            if "backup" in sources.out:
+                break
+            await asyncio.sleep(0.1)
+        llm.script(Turn.error(500), Turn.error(500), Turn.error(500))
+        backup.script(Turn.text("the backup answered"))
+        result = await run_cli(data_dir, "ask", "who answers?")
+        assert result.code == 0, result.err
+        assert result.out.strip() == "the backup answered"
+        assert "(answered by backup: env did not answer)" in result.err

@@ -160,10 +160,12 @@ async def test_run_starts_the_web_ui_on_loopback_and_prints_its_address(data_dir
         while time.monotonic() < deadline:
             line = await asyncio.to_thread(proc.stdout.readline)
             lines.append(line)
-            if line.strip().startswith("LLM:"):
+            if line.strip().startswith("set up a language model:"):
                 break
         text = "".join(lines)
         assert "web UI:   http://127.0.0.1:" in text, text
+        # no LLM configured: the first-run page's address is printed
+        assert f"set up a language model: {text.split('web UI:   ')[1].split()[0]}#/setup" in text, text
         url = text.split("web UI:   ")[1].split()[0].rstrip("/")
         import httpx
 

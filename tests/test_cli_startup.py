@@ -172,3 +172,15 @@ async def test_an_rpc_whose_subsystem_does_not_come_up_is_told_still_starting() 
     startup.finish()
     assert startup.ready and startup.starting == []
     assert needs("config.set", ["memory", "plugins", "web"]) == ("plugins", "web")
+
+
+def test_status_lists_each_mcp_server() -> None:
+    status = {"version": "x", "pid": 1, "uptime_s": 3, "ready": True, "mcp": {
+        "servers": {"calc": {"state": "connected", "tools": 4, "error": ""},
+                    "ghost": {"state": "reconnecting", "tools": 0, "error": "FileNotFoundError: /no/such"}},
+        "problems": ["server 'bad': give exactly one of command (stdio) or url (HTTP)"]}}
+    lines = format_status(status).splitlines()
+    assert "mcp        calc: connected (4 tools)" in lines
+    assert "mcp        ghost: reconnecting (FileNotFoundError: /no/such)" in lines
+    assert any(line.startswith("mcp        problem: server 'bad'") for line in lines)
+    assert not any("mcp" in line for line in format_status({**status, "mcp": None}).splitlines())

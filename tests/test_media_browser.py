@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import zlib
 from pathlib import Path
@@ -67,3 +68,46 @@ async def test_media_tab_shows_thumbnails_states_and_references(daemon: Daemon) 
                 await browser.close()
     finally:
         await web.server.close()
+
+
+async def test_an_image_attached_in_the_chat_reaches_the_model_as_an_image(daemon: Daemon, tmp_path: Path) -> None:
+    from tests.fakes.llm_openai import FakeOpenAI, Turn
+
+    picture = png(40, 20, (10, 200, 30))
+    (tmp_path / "green.png").write_bytes(picture)
+    async with FakeOpenAI() as eyes:
+        for key, value in {"base_url": eyes.base_url, "model": "m", "api_key": "sk-eyes-0123456789",
+                           "vision": True}.items():
+            daemon.config.set(f"core.llm.sources.eyes.{key}", value)
+        await daemon.llm.reload()
+        eyes.script(Turn.text("a green rectangle"))
+        web = await start_web(daemon)
+        try:
+            async with async_playwright() as p:
+                browser = await p.chromium.launch(
+                    executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
+                )
+                try:
+                    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+                    await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
+                    assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
+                    page = await context.new_page()
+                    page.set_default_timeout(15_000)
+                    errors: list[str] = []
+                    page.on("pageerror", lambda exc: errors.append(str(exc)))
+                    await page.goto(web.url + "#/chat")
+                    await page.locator("#chat-file").set_input_files(str(tmp_path / "green.png"))
+                    await page.locator("#chat-input").fill("what colour is this?")
+                    await page.locator("#chat-send").click()
+                    reply = page.locator(".msg.assistant .content").last
+                    await reply.filter(has_text="a green rectangle").wait_for()
+                    assert not errors
+                finally:
+                    await browser.close()
+        finally:
+            await web.server.close()
+        (request,) = eyes.requests
+        assert eyes.images(request.body) == [("image/png", picture)]
+        text = request.body["messages"][-1]["content"][0]["text"]
+        assert text.startswith("what colour is this?\n\n[file uploaded in the web UI: green.png (")
+        assert text.endswith(f"[image/png {hashlib.sha256(picture).hexdigest()[:12]}] green.png")

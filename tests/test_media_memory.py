@@ -150,7 +150,9 @@ async def test_web_upload_keeps_the_file_in_the_media_store(daemon: Daemon) -> N
         assert response.status_code == 200, response.text
         flag, empty = response.json()["files"]
         assert flag["media"]["mime"] == "image/png" and flag["media"]["source"] == "webui"
-        assert f"[image/png {flag['media']['short']}] flag.gif" in response.json()["note"]
+        assert flag["media"]["marker"] == f"[image/png {flag['media']['short']}] flag.gif"
+        note = response.json()["note"]  # English whatever the UI's language; the marker comes with the media
+        assert note.startswith("[file uploaded in the web UI: flag.gif (116 B), saved at ") and "[image/png" not in note
         assert empty["media"] is None  # refused by the store (0 bytes): still an ordinary upload
         assert daemon.media is not None and await daemon.media.aget(flag["media"]["short"]) == PNG
         doc = await tool(daemon, "doc_commit", content="the flag I uploaded", media_digests=[flag["media"]["short"]])

@@ -216,3 +216,34 @@ async def test_inject_from_lua_reaches_the_input_queue(data_dir: Path) -> None:
         assert (message.source, message.channel, message.text) == ("poke", "timer", "wake up")
         interrupt = await asyncio.wait_for(host.services.io.interrupts.get(), 2)
         assert interrupt.text == "urgent" and interrupt.source == "poke"
+
+
+async def test_inject_media_from_lua_carries_data_urls_and_refuses_bad_ones(data_dir: Path) -> None:
+    async with plugin_host(data_dir, lua_limits=LIMITS) as host:
+        write_plugin(
+            host,
+            "cam",
+            """
+            sdk.register_tool("cam_snap", {}, function(args)
+              sdk.inject_media("cam", "camera", "motion at the door",
+                               {{data = "data:image/png;base64,iVBORw0KGgoAAAAN", description = "door"}})
+              sdk.inject_interrupt_media("now", {{digest = "a1b2c3d4e5f6"}})
+              return "ok"
+            end)
+            sdk.register_tool("cam_bad", {}, function(args)
+              sdk.inject_media("x", {{data = "https://example.org/cat.png"}})
+              return "not reached"
+            end)
+        """,
+        )
+        await host.registry.load_all()
+        assert (await call(host, "cam_snap", {})).status == "ok"
+        message = await asyncio.wait_for(host.services.io.next_input(), 2)
+        assert (message.source, message.channel, message.text) == ("cam", "camera", "motion at the door")
+        (block,) = message.media
+        assert block.mime == "image/png" and block.data.startswith(b"\x89PNG") and block.description == "door"
+        interrupt = await asyncio.wait_for(host.services.io.interrupts.get(), 2)
+        assert interrupt.text == "now" and interrupt.media[0].digest == "a1b2c3d4e5f6"
+        bad = await call(host, "cam_bad", {})
+        assert bad.status == "error" and "must be a data URL" in str(bad.result)
+        assert host.services.io.pending_inputs() == 0

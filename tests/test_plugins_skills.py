@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,7 @@ import pytest
 from homeagent.agent.prompt import PromptInputs
 from homeagent.plugins.skills import SkillError, check_requirements, parse_skill
 from homeagent.sdk.types import ToolCall, ToolResult
+from tests.conftest import run_cli
 from tests.fakes.plugins_host import FIXTURES, Host, copy_fixture, plugin_host
 
 
@@ -179,3 +183,61 @@ async def test_unloading_the_last_skill_removes_the_tools(data_dir: Path) -> Non
         assert "Skills" not in await host.services.prompt.build(PromptInputs("x"))
         await host.registry.enable("unit-convert")
         assert "skill_read" in host.services.tools
+
+
+async def test_more_skills_than_the_budget_are_picked_by_relevance(data_dir: Path) -> None:
+    """Not the alphabetical first N: the skills that match the message are listed, and the rest are counted."""
+    async with plugin_host(data_dir) as host:
+        for i in range(60):
+            write_skill(host.plugins_dir, f"aaa-{i:02d}", skill_text(f"aaa-{i:02d}", f"Generic helper number {i} "
+                                                                     "for everyday chores and small tasks."))
+        write_skill(host.plugins_dir, "zz-pdf-tools", skill_text("zz-pdf-tools", "Extract text and tables from PDF "
+                                                                 "files, merge and split PDF documents."))
+        write_skill(host.plugins_dir, "zz-tea", skill_text("zz-tea", "泡茶：绿茶和乌龙茶的水温与时间。"))
+        await host.registry.load_all()
+        host.services.config.set_plugin("skills", "prompt_budget", 1500)
+        by_name = host.registry.skills.prompt_block()
+        assert "zz-pdf-tools" not in by_name and "- aaa-00" in by_name, "without a message: the first by name"
+
+        prompt = await host.services.prompt.build(PromptInputs(user_text="please merge these two PDF documents"))
+        listed = [line for line in prompt.splitlines() if line.startswith("- ")]
+        assert listed[0].startswith("- zz-pdf-tools:"), listed[:3]
+        more = re.search(r"\(\+(\d+) more skills not listed here, the ones closest to this message", prompt)
+        assert more is not None and int(more.group(1)) == 62 - len(listed)
+
+        # the daemon's memory loads the word segmenter at start; the first turn before that lists by name
+        from homeagent.memory.lexical import Analyzer
+
+        await asyncio.to_thread(Analyzer().warmup)
+        chinese = await host.services.prompt.build(PromptInputs(user_text="绿茶用多少度的水泡？"))
+        assert next(line for line in chinese.splitlines() if line.startswith("- ")).startswith("- zz-tea:")
+
+
+async def test_a_skill_md_only_folder_packs_and_installs_in_any_case(data_dir: Path, tmp_path: Path) -> None:
+    """`plugin pack` and `plugin install <folder|zip>` for a folder with only a Skill.md (no plugin.json)."""
+    work = tmp_path / "work"
+    folder = write_skill(work, "weather", skill_text("weather-check", "Look up the weather for a city."),
+                         filename="Skill.md")
+    (folder / "cities.txt").write_text("Paris\nBerlin\n")
+    packed = await run_cli(data_dir, "plugin", "pack", str(folder), "-o", str(tmp_path / "weather.zip"))
+    assert packed.code == 0 and "packed weather-check 0.0.0 (skill)" in packed.out, packed.err
+    empty = work / "empty"
+    empty.mkdir()
+    refused = await run_cli(data_dir, "plugin", "pack", str(empty))
+    assert refused.code == 1 and "no plugin.json and no SKILL.md" in refused.err
+
+    async with plugin_host(data_dir) as host:
+        installed = await host.registry.install(str(folder))
+        assert installed["name"] == "weather-check" and installed["kind"] == "skill"
+        assert installed["state"] == "running", installed
+        assert "- weather-check: Look up the weather" in host.registry.skills.prompt_block()
+        read = await call(host, "skill_file", {"name": "weather-check", "path": "cities.txt"})
+        assert "Berlin" in json.dumps(read.result)
+        await host.registry.remove("weather-check")
+        from_zip = await host.registry.install(str(tmp_path / "weather.zip"))
+        assert from_zip["state"] == "running" and (host.plugins_dir / "weather-check" / "Skill.md").is_file()
+
+        await host.registry.disable("weather-check")
+        assert "weather-check" not in host.registry.skills.prompt_block()
+        await host.registry.enable("weather-check")
+        assert "- weather-check:" in host.registry.skills.prompt_block()

@@ -302,7 +302,7 @@ async def test_upload_saves_under_a_random_name_and_can_be_downloaded(web: Web) 
         assert re.fullmatch(r"[0-9a-f]{24}\.bin", info["saved_as"])
         saved = web.daemon.paths.root / "uploads" / info["saved_as"]
         assert saved.read_bytes() == b"<script>x</script>"
-        assert "发送了文件" in response.json()["note"]
+        assert response.json()["note"].startswith("[file uploaded in the web UI: evil name.html")
         download = await c.get(info["url"])
         assert download.content == b"<script>x</script>"
         assert download.headers["content-type"] == "application/octet-stream"
@@ -320,7 +320,7 @@ async def test_upload_saves_under_a_random_name_and_can_be_downloaded(web: Web) 
         assert turn.status_code == 200 and turn.json()["result"]["ok"] is True
         history = (await c.get("/api/v1/chat/history?limit=2")).json()["messages"]
         asked = history[0]["content"]
-        assert asked.startswith("look at this") and "notes.txt (5 B)" in asked and "文件已保存到" in asked
+        assert asked.startswith("look at this") and "notes.txt (5 B)" in asked and "saved at" in asked
 
 
 async def test_oversized_and_malformed_uploads_are_refused(web: Web) -> None:

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 from homeagent import __version__
 from homeagent.agent.agent import Agent
+from homeagent.agent.media_input import MediaTurnPath
 from homeagent.agent.memory_port import RecentTurns, TurnMemory
 from homeagent.agent.process import LLMSlot, TurnRunner, TurnSettings
 from homeagent.agent.prompt import PromptBuilder
@@ -73,6 +74,7 @@ from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
 from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest
+from homeagent.providers.describe import DescribeSettings, FallbackDescriber, FallbackTranscriber, TranscribeSettings
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 from homeagent.startup import AGENT, APPROVALS, MEMORY, PLUGINS, WEB, Startup, StillStarting
 from homeagent.threads import run_detached
@@ -174,6 +176,7 @@ class Daemon:
             textlog=self.textlog,
             settings=settings,
             gate=self.approvals,
+            media=self._media_turn_path(),
         )
         self.agent = Agent(self.io, self.runner)
 
@@ -252,6 +255,7 @@ class Daemon:
         The one place plugin wiring is built; tests that run built-ins on bare
         daemon subsystems call it too, so a wiring mistake here fails them.
         """
+        cfg = self.config
         return PluginServices(
             tools=self.tools,
             stages=self.stages,
@@ -263,7 +267,8 @@ class Daemon:
             llm=self.llm,
             data_dir=self.paths.root,
             cleaners=self.cleaners,
-            docs=DocMemoryService(self.docs),
+            docs=DocMemoryService(self.docs, media=self.media,
+                                  max_bytes=lambda: cfg.get_int("core.memory.media.max_bytes", 20 * 1024 * 1024)),
             memory=GraphMemoryService(self.graph),
             knowledge=KnowledgeService(self.knowledge),
             text_memory=TextMemoryService(self.textlog),
@@ -340,13 +345,13 @@ class Daemon:
             analyzer=analyzer,
             log=log,
         )
-        self.memory: TurnMemory = ContextTurnMemory(self.context)
         graph_path = self.paths.resolve(cfg.get_str("core.memory.graph", ""), mem / "graph.db")
         self.graph = await self._open_store(
             graph_path, "memory graph", lambda: GraphDB.open(graph_path),
             kept="documents, the conversation window and the text log are",
         )
         await self._start_media()
+        self.memory: TurnMemory = ContextTurnMemory(self.context, media=self.media)
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
@@ -455,6 +460,24 @@ class Daemon:
             self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"), owners=self._media_owners()
         )
         self.media_gc.start()
+
+    def _media_turn_path(self) -> MediaTurnPath:
+        """The media turn path: images to a model that sees, else described by the image fallback source."""
+        cfg = self.config
+        manager = self.llm.manager
+        describer = FallbackDescriber(manager, DescribeSettings(
+            source=lambda: cfg.get_str("core.input_processing.image.fallback_provider", ""),
+            model=lambda: cfg.get_str("core.input_processing.image.fallback_model", ""),
+            describe_prompt=lambda: cfg.get_str("core.input_processing.image.describe_prompt", ""),
+            ocr_enabled=lambda: cfg.get_bool("core.input_processing.image.ocr_enabled", True),
+            ocr_prompt=lambda: cfg.get_str("core.input_processing.image.ocr_prompt", ""),
+        ))
+        transcriber = FallbackTranscriber(manager, TranscribeSettings(
+            source=lambda: cfg.get_str("core.input_processing.audio.fallback_provider", ""),
+            model=lambda: cfg.get_str("core.input_processing.audio.fallback_model", ""),
+            prompt=lambda: cfg.get_str("core.input_processing.audio.describe_prompt", ""),
+        ))
+        return MediaTurnPath(self.media, manager.sees_images, describer, transcriber)
 
     def _media_owners(self) -> MediaOwners:
         return MediaOwners(documents=self.docs, window=self.context, graph=self.graph)
@@ -609,6 +632,9 @@ class Daemon:
             "llm.sources": lambda _: self.llm.sources(),
             "llm.use": guarded(self.llm.use),
             "llm.test": self.llm.test,
+            "llm.add": guarded(self.llm.save_source),
+            "llm.remove": guarded(self.llm.remove_source),
+            "llm.order": guarded(self.llm.reorder),
             "agent.cancel": lambda _: {"cancelled": self._cancel_turn()},
             "memory.loops": lambda _: self.memory_loops.stats(),
             "memory.run_loop": lambda p: self.memory_loops.run_now(str(p.get("name", ""))),
@@ -806,6 +832,8 @@ def run_daemon(
             say(f"  LLM:      {daemon.llm.manager.current_source()}")
             for note in [*daemon.llm.notes, *daemon.notes]:
                 say(f"  note: {note}")
+            if daemon.web_url and not [s for s in daemon.llm.manager.list_sources() if not s.fallback]:
+                say(f"  set up a language model: {daemon.web_url}#/setup")
             await daemon.stopped.wait()
             say("stopping…")
         finally:  # whatever happened above, every subsystem is stopped in order

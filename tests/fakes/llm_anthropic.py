@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.llm_common import FakeLLMServer, Recorded, Turn
+from tests.fakes.llm_common import BadImage, FakeLLMServer, Recorded, Turn, decode_image
 
 __all__ = ["FakeAnthropic", "Recorded", "Turn"]
 
@@ -106,12 +106,34 @@ class FakeAnthropic(FakeLLMServer):
         text = body if isinstance(body, str) else json.dumps(body)
         return web.Response(status=turn.status, text=text, content_type="application/json", headers=turn.headers)
 
+    @staticmethod
+    def images(body: Any) -> list[tuple[str, bytes]]:
+        """The ``image`` blocks of a request body, checked as the Messages API does (base64 source only here)."""
+        out: list[tuple[str, bytes]] = []
+        for message in (body or {}).get("messages") or []:
+            content = message.get("content")
+            for block in content if isinstance(content, list) else []:
+                if block.get("type") != "image":
+                    continue
+                source = block.get("source")
+                if set(block) != {"type", "source"} or not isinstance(source, dict) or source.get("type") != "base64":
+                    raise BadImage("image block needs source {type: base64, media_type, data}")
+                if set(source) != {"type", "media_type", "data"}:
+                    raise BadImage(f"image source has fields {sorted(source)}")
+                out.append(decode_image(source["media_type"], source["data"]))
+        return out
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         rec = await self.record(request)
         turn = self.next_turn()
         if turn is None:
             return self.no_turn()
         body = rec.body if isinstance(rec.body, dict) else {}
+        try:
+            self.images(body)
+        except BadImage as exc:
+            return web.json_response({"type": "error", "error": {"type": "invalid_request_error",
+                                                                 "message": str(exc)}}, status=400)
         model = str(body.get("model") or "claude-fake")
         if turn.status >= 400:
             return self.error_response(turn)

@@ -14,6 +14,8 @@ its own format; see the llm_*.py modules.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import time
 from collections import deque
@@ -274,3 +276,50 @@ class FakeLLMServer:
         return web.json_response(
             {"error": {"message": "fake server: no scripted turn left", "type": "test"}}, status=500
         )
+
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+IMAGE_MAGIC = {"image/png": b"\x89PNG", "image/jpeg": b"\xff\xd8\xff", "image/gif": b"GIF8", "image/webp": b"RIFF"}
+
+
+class BadImage(ValueError):
+    """An image block the real API would refuse (HTTP 400)."""
+
+
+def decode_image(mime: str, data: Any) -> tuple[str, bytes]:
+    """Check one base64 image as the providers do: a type they accept, valid base64, bytes of that type."""
+    if mime not in IMAGE_TYPES:
+        raise BadImage(f"image media type {mime!r} is not supported")
+    if not isinstance(data, str) or not data:
+        raise BadImage("image data must be a non-empty base64 string")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadImage("image data is not valid base64") from None
+    if not raw.startswith(IMAGE_MAGIC[mime]):
+        raise BadImage(f"image data does not match its media type {mime}")
+    return mime, raw
+
+
+def data_url_image(url: Any) -> tuple[str, bytes]:
+    if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
+        raise BadImage("image_url.url must be a data:<mime>;base64,<data> URL here")
+    head, _, data = url.partition(";base64,")
+    return decode_image(head[5:], data)
+
+
+AUDIO_MAGIC = {"wav": (b"RIFF", b"WAVE"), "mp3": (b"ID3", b"")}
+
+
+def decode_audio(fmt: Any, data: Any) -> tuple[str, bytes]:
+    """Check one base64 audio clip as the providers do: a format they take (wav, mp3), valid base64, those bytes."""
+    if fmt not in AUDIO_MAGIC:
+        raise BadImage(f"audio format {fmt!r} is not supported (wav, mp3)")
+    try:
+        raw = base64.b64decode(str(data), validate=True)
+    except (binascii.Error, ValueError):
+        raise BadImage("audio data is not valid base64") from None
+    head, kind = AUDIO_MAGIC[fmt]
+    if not raw.startswith(head) or (kind and raw[8:12] != kind):
+        raise BadImage(f"audio data is not {fmt}")
+    return fmt, raw

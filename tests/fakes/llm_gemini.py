@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.llm_common import FakeLLMServer, Recorded, Turn
+from tests.fakes.llm_common import BadImage, FakeLLMServer, Recorded, Turn, decode_audio, decode_image
 
 __all__ = ["FakeGemini", "Recorded", "Turn"]
 
@@ -76,11 +76,34 @@ class FakeGemini(FakeLLMServer):
         text = body if isinstance(body, str) else json.dumps(body)
         return web.Response(status=turn.status, text=text, content_type="application/json", headers=turn.headers)
 
+    @staticmethod
+    def images(body: Any) -> list[tuple[str, bytes]]:
+        """The inline images of a request body (``inlineData`` or ``inline_data`` parts), checked as the API does."""
+        out: list[tuple[str, bytes]] = []
+        for content in (body or {}).get("contents") or []:
+            for part in content.get("parts") or []:
+                inline = part.get("inlineData", part.get("inline_data"))
+                if inline is None:
+                    continue
+                if len(part) != 1 or not isinstance(inline, dict):
+                    raise BadImage("an inline data part holds only inlineData")
+                mime = str(inline.get("mimeType", inline.get("mime_type")))
+                if mime.startswith("audio/"):
+                    decode_audio({"audio/wav": "wav", "audio/mp3": "mp3"}.get(mime), inline.get("data"))
+                    continue
+                out.append(decode_image(mime, inline.get("data")))
+        return out
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        await self.record(request)
+        rec = await self.record(request)
         turn = self.next_turn()
         if turn is None:
             return self.no_turn()
+        try:
+            self.images(rec.body if isinstance(rec.body, dict) else {})
+        except BadImage as exc:
+            return web.json_response({"error": {"code": 400, "message": str(exc), "status": "INVALID_ARGUMENT"}},
+                                     status=400)
         target = request.match_info["target"]
         if turn.status >= 400:
             return self.error_response(turn)

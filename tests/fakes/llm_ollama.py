@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.llm_common import FakeLLMServer, Recorded, Turn
+from tests.fakes.llm_common import IMAGE_MAGIC, BadImage, FakeLLMServer, Recorded, Turn
 
 __all__ = ["FakeOllama", "Recorded", "Turn"]
 
@@ -45,12 +46,31 @@ class FakeOllama(FakeLLMServer):
     def line(self, doc: dict[str, Any]) -> bytes:
         return (json.dumps(doc, ensure_ascii=False) + "\n").encode()
 
+    @staticmethod
+    def images(body: Any) -> list[tuple[str, bytes]]:
+        """The ``images`` of the request's messages (bare base64, no data URL), checked as Ollama does."""
+        out: list[tuple[str, bytes]] = []
+        for message in (body or {}).get("messages") or []:
+            for data in message.get("images") or []:
+                if not isinstance(data, str) or data.startswith("data:"):
+                    raise BadImage("images are base64 strings without a data: prefix")
+                raw = base64.b64decode(data, validate=True)
+                mime = next((m for m, magic in IMAGE_MAGIC.items() if raw.startswith(magic)), "")
+                if not mime:
+                    raise BadImage("an image is not a known image format")
+                out.append((mime, raw))
+        return out
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         rec = await self.record(request)
         turn = self.next_turn()
         if turn is None:
             return web.json_response({"error": "fake: no scripted turn"}, status=500)
         body = rec.body if isinstance(rec.body, dict) else {}
+        try:
+            self.images(body)
+        except (BadImage, ValueError) as exc:
+            return web.json_response({"error": str(exc)}, status=400)
         model = str(body.get("model") or "llama-fake")
         if turn.status >= 400:
             text = turn.body if isinstance(turn.body, str) else json.dumps(turn.body or {"error": turn.message})

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.llm_common import FakeLLMServer, Recorded, Turn
+from tests.fakes.llm_common import BadImage, FakeLLMServer, Recorded, Turn, data_url_image, decode_audio
 
 __all__ = ["FakeOpenAI", "Recorded", "Turn"]
 
@@ -164,12 +164,49 @@ class FakeOpenAI(FakeLLMServer):
             text = json.dumps({"error": {"message": turn.message, "type": kind, "code": None}})
         return web.Response(status=turn.status, text=text, content_type="application/json", headers=turn.headers)
 
+    @staticmethod
+    def images(body: Any) -> list[tuple[str, bytes]]:
+        """The images of a request body (``image_url`` parts of any message), checked as the API does."""
+        out: list[tuple[str, bytes]] = []
+        for message in (body or {}).get("messages") or []:
+            content = message.get("content")
+            for part in content if isinstance(content, list) else []:
+                if part.get("type") == "image_url":
+                    if set(part) != {"type", "image_url"} or not isinstance(part["image_url"], dict):
+                        raise BadImage(f"malformed image_url part: {sorted(part)}")
+                    out.append(data_url_image(part["image_url"].get("url")))
+                elif part.get("type") == "input_audio":
+                    continue  # checked by audios()
+                elif part.get("type") != "text" or not isinstance(part.get("text"), str):
+                    raise BadImage(f"unknown content part: {part.get('type')!r}")
+        return out
+
+    @staticmethod
+    def audios(body: Any) -> list[tuple[str, bytes]]:
+        """The ``input_audio`` parts of a request body, checked as the API does (format wav or mp3, base64)."""
+        out: list[tuple[str, bytes]] = []
+        for message in (body or {}).get("messages") or []:
+            content = message.get("content")
+            for part in content if isinstance(content, list) else []:
+                if part.get("type") == "input_audio":
+                    audio = part.get("input_audio")
+                    if set(part) != {"type", "input_audio"} or not isinstance(audio, dict) \
+                            or set(audio) != {"data", "format"}:
+                        raise BadImage("input_audio needs {data, format}")
+                    out.append(decode_audio(audio["format"], audio["data"]))
+        return out
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
         rec = await self.record(request)
         turn = self.next_turn()
         if turn is None:
             return self.no_turn()
         body = rec.body if isinstance(rec.body, dict) else {}
+        try:
+            self.images(body)
+            self.audios(body)
+        except BadImage as exc:
+            return web.json_response({"error": {"message": str(exc), "type": "invalid_request_error"}}, status=400)
         model = str(body.get("model") or self.model)
         if turn.status >= 400:
             if turn.first_delay:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Image, MCPServer
 
 server = MCPServer("homeagent-test")
 
@@ -33,6 +33,11 @@ def fail() -> str:
 @server.tool(description="Has a schema that lies.")
 def liar(x: int) -> int:
     return x
+
+
+@server.tool(description="A tiny PNG, as a screenshot tool would return.")
+def picture() -> Image:
+    return Image(data=b"\x89PNG\r\n\x1a\n" + b"mcp picture" + bytes(32), format="png")
 
 
 @server.tool(description="Crashes the server.")

@@ -33,6 +33,7 @@ class TurnRecord:
     tool_outputs: list[ToolOutput] = field(default_factory=list)
     ts: float = field(default_factory=time.time)
     input_id: str = ""
+    media_digests: list[str] = field(default_factory=list)  # media of the input: referenced while in the window
 
 
 class TurnMemory(Protocol):

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from homeagent.agent.gate import ToolGate
+from homeagent.agent.media_input import TOOL_BLOCKS, MediaInput, UnseenImage
 from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
 from homeagent.agent.origin import TURN_ORIGIN
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
@@ -51,9 +52,10 @@ from homeagent.agent.tools import ToolRegistry, result_text
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import InputMessage, TurnResult
+from homeagent.memory.media import MediaError
 from homeagent.memory.textlog import TextLog
 from homeagent.providers.base import ChatRequest, ChatResponse, ProviderError, StreamChunk
-from homeagent.sdk.types import Origin, Stage, StageContext, ToolCall, ToolDef, ToolResult
+from homeagent.sdk.types import MediaBlock, Origin, Stage, StageContext, ToolCall, ToolDef, ToolResult
 
 log = logging.getLogger("homeagent.agent")
 
@@ -118,12 +120,17 @@ class _Turn:
     started: float = field(default_factory=time.perf_counter)
     reasoning: list[str] = field(default_factory=list)
     tool_log: list[dict[str, Any]] = field(default_factory=list)
+    tool_log_ids: list[str] = field(default_factory=list)  # the call id of each tool_log entry, to order a batch
     tool_outputs: list[ToolOutput] = field(default_factory=list)
     usage: dict[str, int] = field(default_factory=dict)
     source: str = ""
+    fallback_from: str = ""
     rounds: int = 0
     values: TurnValues = field(default_factory=TurnValues)
     no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
+    media_digests: list[str] = field(default_factory=list)  # the input's stored media (context references)
+    tool_blocks: list[tuple[str, list[MediaBlock]]] = field(default_factory=list)  # set_tool_blocks, not yet sent
+    unseen: list[UnseenImage] = field(default_factory=list)  # the input's images the model got as text (media_look)
     refused_rounds: int = 0  # rounds whose every call the approval gate refused
 
     async def frame(self, frame: dict[str, Any]) -> None:
@@ -154,8 +161,10 @@ class TurnRunner:
         tool_filter: Callable[[ToolDef], bool] | None = None,
         slot: LLMSlot | None = None,
         gate: ToolGate | None = None,
+        media: MediaInput | None = None,
     ) -> None:
         self.stages = stages
+        self.media = media
         self.tools = tools
         self.run_llm = run_llm
         self.prompt = prompt
@@ -213,19 +222,41 @@ class TurnRunner:
         turn.values = self.settings.read()
         if await self.stages.run(Stage.ON_INPUT, ctx):
             return ctx.response or ""
+        user_content: str | list[dict[str, Any]] = ctx.raw_message
+        if turn.message.media:  # the media turn path: images go to the model with this input
+            user_content = await self._media_content(ctx, turn)
         user_text = ctx.raw_message
         history = await self.memory.history(user_text, ctx.channel, group_id=ctx.group_id)
         ctx.context_msgs = list(history)
         if await self.stages.run(Stage.PRE_ACTION, ctx):
             return ctx.response or ""
         tool_defs, openai_tools = self._tool_lists()
+        if turn.unseen and self.media is not None and self.media.can_look():
+            # the fifth tool source: offered only while this turn has images the model could not see
+            look = media_look_def()
+            tool_defs, openai_tools = [*tool_defs, look], [*openai_tools, look.to_openai()]
         system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs))
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *ctx.context_msgs,
-            {"role": "user", "content": user_text},
+            {"role": "user", "content": user_content},
         ]
         return await self._tool_loop(ctx, turn, messages, openai_tools)
+
+    async def _media_content(self, ctx: StageContext, turn: _Turn) -> str | list[dict[str, Any]]:
+        """The user message's content with the input's media; ``ctx.raw_message`` becomes the text memory keeps."""
+        message = turn.message
+        if self.media is None:  # a runner without the media path (a sub-agent's): the media are named only
+            names = [f"[{'image' if b.mime.startswith('image/') else 'file'}: {b.description or b.digest[:12] or b.mime}]"
+                     for b in message.media]
+            ctx.raw_message = "\n".join([ctx.raw_message.rstrip(), *names]).strip()
+            return ctx.raw_message
+        prepared = await self.media.prepare(ctx.raw_message, message.media, source=message.source or message.channel)
+        ctx.raw_message = prepared.text
+        turn.media_digests = prepared.digests
+        turn.unseen = prepared.unseen
+        ctx.extra["media"] = {"digests": prepared.digests, "images": prepared.images, "described": prepared.described}
+        return prepared.content
 
     def _tool_lists(self) -> tuple[list[ToolDef], list[dict[str, Any]]]:
         """The tools this runner offers, and their wire form, rebuilt only when the registry changes.
@@ -300,7 +331,12 @@ class TurnRunner:
     ) -> ChatResponse:
         while True:
             for item in self.slot.drain():
-                messages.append({"role": "system", "content": f"{INTERRUPT_PREFIX} ({item.source or item.channel}) {item.text}"})
+                note = f"{INTERRUPT_PREFIX} ({item.source or item.channel}) {item.text}"
+                if item.media and self.media is not None:  # an interrupt with media: its images reach this call
+                    prepared = await self.media.prepare(note, item.media, source=item.source or item.channel)
+                    messages.append({"role": "user", "content": prepared.content})
+                else:
+                    messages.append({"role": "system", "content": note})
             request = ChatRequest(
                 messages=messages,
                 tools=tools,
@@ -330,6 +366,7 @@ class TurnRunner:
             finally:
                 self.slot.task = None
             turn.source = response.source or turn.source
+            turn.fallback_from = response.fallback_from if response.source else turn.fallback_from
             for key, value in response.usage.to_dict().items():
                 turn.usage[key] = turn.usage.get(key, 0) + value
             return response
@@ -346,6 +383,7 @@ class TurnRunner:
             done[call.id] = result
             return result
 
+        log_start = len(turn.tool_log)
         try:
             results = await self.tools.run_batch(calls, run_one)
         except asyncio.CancelledError:
@@ -361,13 +399,39 @@ class TurnRunner:
                     )
                     done[call.id] = result
                     turn.tool_log.append({"tool": call.name, "status": "interrupted", "result": ""})
+                    turn.tool_log_ids.append(call.id)
                     await turn.frame({"type": "tool_call", "tool": call.name, "status": "interrupted", "result": ""})
+            self._order_batch_log(turn, calls, log_start)
             for call in calls:
                 messages.append(_tool_message(call, result_text(done[call.id])))
             raise
+        self._order_batch_log(turn, calls, log_start)
         for call, result in zip(calls, results, strict=True):
             messages.append(_tool_message(call, result_text(result)))
+        await self._tool_media(turn, messages)
         return results
+
+    @staticmethod
+    def _order_batch_log(turn: _Turn, calls: list[ToolCall], start: int) -> None:
+        """A batch's calls run concurrently and log as they finish; the turn's result lists them as the model
+        asked for them, so a reader matches each result to its call whatever the timing was."""
+        rank = {call.id: i for i, call in enumerate(calls)}
+        tail = sorted(zip(turn.tool_log_ids[start:], turn.tool_log[start:], strict=True),
+                      key=lambda pair: rank.get(pair[0], len(rank)))
+        turn.tool_log_ids[start:] = [cid for cid, _ in tail]
+        turn.tool_log[start:] = [entry for _, entry in tail]
+
+    async def _tool_media(self, turn: _Turn, messages: list[dict[str, Any]]) -> None:
+        """Media a tool handed over (``set_tool_blocks``) reach the model after the tool results, as a user message:
+        no provider takes images inside a tool result of every kind, all take them in a user turn."""
+        pending, turn.tool_blocks = turn.tool_blocks, []
+        for name, blocks in pending:
+            note = f"[media from the tool {name}]"
+            if self.media is None:
+                messages.append({"role": "user", "content": note})
+                continue
+            prepared = await self.media.prepare(note, blocks, source=f"tool:{name}")
+            messages.append({"role": "user", "content": prepared.content})
 
     async def _admit(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> bool:
         """Ask the gate (policy, maybe the owner) before the call runs; a refusal marks it denied."""
@@ -403,6 +467,8 @@ class TurnRunner:
                 status="denied",
                 result=content,
             )
+        elif call.name == MEDIA_LOOK and turn.unseen:
+            result = await self._media_look(call, turn)
         elif not self._offered(call.name):
             # the filter must hold for calls too: a model can name a tool it was not offered
             result = ToolResult(
@@ -415,7 +481,14 @@ class TurnRunner:
                         "cannot change settings, manage plugins or start sub-agents)"},
             )
         else:
-            result = await self.tools.execute(call, timeout=turn.values.tool_timeout)
+            blocks: list[MediaBlock] = []
+            token = TOOL_BLOCKS.set(blocks)  # the handler's set_tool_blocks lands here
+            try:
+                result = await self.tools.execute(call, timeout=turn.values.tool_timeout)
+            finally:
+                TOOL_BLOCKS.reset(token)
+            if blocks:
+                turn.tool_blocks.append((call.name, blocks))
         call_ctx.tool_result = result
         if await self.stages.run(Stage.AFTER_TOOLCALL, call_ctx):
             ctx.response = call_ctx.response
@@ -429,6 +502,7 @@ class TurnRunner:
         turn.tool_outputs.append(ToolOutput(call.name, text, memory_text))
         shown = text if len(text) <= 2000 else text[:2000] + "…"
         turn.tool_log.append({"tool": call.name, "status": result.status, "arguments": call.arguments, "result": shown})
+        turn.tool_log_ids.append(call.id)
         await turn.frame(
             {"type": "tool_call", "tool": call.name, "status": result.status, "arguments": call.arguments, "result": shown}
         )
@@ -445,6 +519,26 @@ class TurnRunner:
             },
         )
         return result
+
+    async def _media_look(self, call: ToolCall, turn: _Turn) -> ToolResult:
+        """``media_look``: a question about one of this turn's images, answered by the image describer."""
+        assert self.media is not None
+        question = str(call.arguments.get("question", "")).strip()
+        wanted = str(call.arguments.get("image", "") or "").strip().lower()
+        image = next((i for i in turn.unseen if not wanted or (i.label and i.label.startswith(wanted[:12]))), None)
+        started = time.perf_counter()
+        if not question or image is None:
+            labels = ", ".join(i.label for i in turn.unseen if i.label) or "(no digests: the media store is off)"
+            why = "a non-empty 'question'" if not question else f"'image' to be one of {labels}"
+            content: Any = {"isError": True, "content": f"media_look needs {why}"}
+        else:
+            try:
+                content = await self.media.look(image, question)
+            except (ProviderError, MediaError, TimeoutError) as exc:
+                content = {"isError": True, "content": f"the image describer failed: {exc}"}
+        ok = not (isinstance(content, dict) and content.get("isError"))
+        return ToolResult(call_id=call.id, name=call.name, plugin="media", success=ok, status="ok" if ok else "error",
+                          result=content, duration_ms=(time.perf_counter() - started) * 1000)
 
     def _offered(self, name: str) -> bool:
         """Whether this runner offers tool ``name`` (an unknown name is left to the registry's error)."""
@@ -489,6 +583,7 @@ class TurnRunner:
             source=turn.source,
             interrupted=interrupted,
             input_id=message.id,
+            fallback_from=turn.fallback_from,
         )
         try:  # durable before the reply is delivered: an acknowledged turn survives kill -9
             await self.memory.record(
@@ -503,6 +598,7 @@ class TurnRunner:
                     tool_outputs=turn.tool_outputs,
                     ts=message.ts,
                     input_id=message.id,
+                    media_digests=turn.media_digests,
                 )
             )
         except Exception:
@@ -550,6 +646,7 @@ class TurnRunner:
                     "id": message.id,
                     "usage": result.usage,
                     "source": result.source,
+                    "fallback_from": result.fallback_from,
                 }
             )
             return
@@ -580,6 +677,29 @@ class TurnRunner:
         if not targets:
             log.info("reply to input %s on channel %r reached no output channel (see core.agent.proactive_channels)",
                      message.id, wanted)
+
+
+MEDIA_LOOK = "media_look"
+
+
+def media_look_def() -> ToolDef:
+    """The media tool's definition (a fresh one: tool definitions are mutable objects)."""
+    return ToolDef(
+        name=MEDIA_LOOK,
+        description=(
+            "Ask a model that can see a question about an image attached to this message (you got only its "
+            "description). 'image': the 12-hex digest from its marker (default: the first image)."
+        ),
+        parameters={
+            "type": "object",
+            "properties": {
+                "question": {"type": "string", "description": "what to look for or read in the image"},
+                "image": {"type": "string", "description": "digest from the image's marker, e.g. a1b2c3d4e5f6"},
+            },
+            "required": ["question"],
+        },
+        plugin="media",
+    )
 
 
 def _by_approval(result: ToolResult) -> bool:

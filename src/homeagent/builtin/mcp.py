@@ -16,6 +16,8 @@ cannot be reached only logs. Nothing a server does can stop the daemon.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import logging
@@ -26,7 +28,7 @@ from typing import Any
 
 from homeagent.config.values import parse_duration
 from homeagent.sdk.api import PluginSDK
-from homeagent.sdk.types import ConfigDef, ToolDef
+from homeagent.sdk.types import ConfigDef, MediaBlock, ToolDef
 
 __all__ = ["MCPPlugin", "ServerSpec", "create_plugin", "parse_servers"]
 
@@ -45,8 +47,26 @@ class ServerSpec:
     url: str = ""
 
 
+def from_claude_desktop(raw: Mapping[str, Any]) -> list[Any]:
+    """Claude Desktop's ``{"mcpServers": {name: {command, args, env} | {url}}}`` (or the inner object) as our list.
+
+    The block people copy from a server's README works as pasted; entries keep
+    anything we do not know so ``parse_servers`` reports them one by one.
+    """
+    inner = raw.get("mcpServers", raw)
+    if not isinstance(inner, Mapping):
+        return [inner]
+    out: list[Any] = []
+    for name, spec in inner.items():
+        out.append({**spec, "name": name} if isinstance(spec, Mapping) else spec)
+    return out
+
+
 def parse_servers(raw: Any) -> tuple[list[ServerSpec], list[str]]:
-    """The valid server entries of the ``servers`` setting, and one problem line per bad entry."""
+    """The valid server entries of the ``servers`` setting, and one problem line per bad entry.
+
+    Our list form and Claude Desktop's ``mcpServers`` object are both read.
+    """
     problems: list[str] = []
     if raw in (None, ""):
         return [], problems
@@ -55,8 +75,10 @@ def parse_servers(raw: Any) -> tuple[list[ServerSpec], list[str]]:
             raw = json.loads(raw)
         except ValueError as e:
             return [], [f"servers is not JSON: {e}"]
+    if isinstance(raw, Mapping):
+        raw = from_claude_desktop(raw)
     if not isinstance(raw, list):
-        return [], ["servers must be a JSON list of {name, command, args, env, url}"]
+        return [], ['servers must be a JSON list of {name, command, args, env, url} or {"mcpServers": {...}}']
     out: list[ServerSpec] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
@@ -83,18 +105,38 @@ def parse_servers(raw: Any) -> tuple[list[ServerSpec], list[str]]:
     return out, problems
 
 
-def _result_value(result: Any) -> Any:
-    """A CallToolResult as what our tools return: text, or ``{"isError", "content"}``."""
+def _result_value(result: Any, media: Callable[[list[MediaBlock]], None] | None = None) -> Any:
+    """A CallToolResult as what our tools return: text, or ``{"isError", "content"}``.
+
+    Images go to ``media`` (the SDK's ``set_tool_blocks``: the model sees them
+    after the tool result, and they are kept in the media store); the text
+    says so. Without it, or for audio, the text names the item only.
+    """
     parts: list[str] = []
+    blocks: list[MediaBlock] = []
     for item in getattr(result, "content", None) or []:
         kind = getattr(item, "type", "")
         if kind == "text":
             parts.append(str(getattr(item, "text", "")))
+        elif kind == "image" and media is not None and len(blocks) < 10:
+            mime = str(getattr(item, "mime_type", "") or "")
+            try:
+                data = base64.b64decode(str(getattr(item, "data", "") or ""), validate=True)
+            except (binascii.Error, ValueError):
+                parts.append(f"[image {mime}: not valid base64, dropped]")
+                continue
+            blocks.append(MediaBlock(mime=mime, data=data, description=f"image from {mime or 'the tool'}"))
+            parts.append(f"[image {mime}, {len(data)} bytes: shown to you after this result]")
         elif kind in ("image", "audio"):
             parts.append(f"[{kind} {getattr(item, 'mime_type', '')}, {len(getattr(item, 'data', '') or '')} base64 chars]")
         else:
             dump = item.model_dump(mode="json", exclude_none=True) if hasattr(item, "model_dump") else str(item)
             parts.append(json.dumps(dump, ensure_ascii=False))
+    if blocks and media is not None:
+        try:
+            media(blocks)
+        except (ValueError, RuntimeError) as exc:  # too large, or not in a turn (a direct call): the text stays
+            parts.append(f"(the images could not be shown: {exc})")
     text = "\n".join(parts)
     structured = getattr(result, "structured_content", None)
     if len(text) > MAX_RESULT_CHARS:
@@ -250,7 +292,7 @@ class _Server:
                     return {"isError": True, "content": f"MCP {self.spec.name}/{remote}: {_describe(e)}"}
                 self.broken.set()
                 return {"isError": True, "content": f"MCP server {self.spec.name!r} failed: {_describe(e)}"}
-            return _result_value(result)
+            return _result_value(result, self.plugin.sdk.set_tool_blocks)
 
         return call
 
@@ -273,6 +315,7 @@ class MCPPlugin:
         self.name = name
         self._sdk: PluginSDK | None = None
         self.servers: dict[str, _Server] = {}
+        self.problems: list[str] = []
 
     @property
     def sdk(self) -> PluginSDK:
@@ -303,7 +346,8 @@ class MCPPlugin:
         s = sdk.settings
         s.register_def(ConfigDef(key="servers", default="[]", type="json", category="mcp", display_name="MCP servers",
                                  description='JSON list: [{"name": "fs", "command": "npx", "args": [...], "env": {}}, '
-                                             '{"name": "web", "url": "http://host/mcp"}]', owner_only=True))
+                                             '{"name": "web", "url": "http://host/mcp"}], or Claude Desktop\'s '
+                                             '{"mcpServers": {"fs": {"command": ...}}} as pasted.', owner_only=True))
         s.register_def(ConfigDef(key="connect_timeout", default="30s", type="duration", category="mcp",
                                  display_name="Connect timeout", description="Time allowed to start and list tools."))
         s.register_def(ConfigDef(key="call_timeout", default="2m", type="duration", category="mcp",
@@ -314,6 +358,7 @@ class MCPPlugin:
                                  display_name="Longest reconnect wait",
                                  description="Reconnect delays double from 1s up to this."))
         specs, problems = parse_servers(s.get("servers", "[]"))
+        self.problems = problems
         for problem in problems:
             log.warning("mcp: %s", problem)
         loop = asyncio.get_running_loop()
@@ -336,6 +381,19 @@ class MCPPlugin:
 
     def status(self) -> dict[str, Any]:
         return {n: {"state": s.state, "tools": sorted(s.tools), "error": s.error} for n, s in self.servers.items()}
+
+    def health(self) -> dict[str, Any]:
+        """Per-server state for `plugin info mcp`, `homeagent status` and the web UI's MCP page.
+
+        Names, counts and error texts only: a server's env (API keys) never
+        leaves its process spec.
+        """
+        servers = {
+            n: {"state": s.state, "tools": len(s.tools), "tool_names": sorted(s.tools), "error": s.error,
+                "transport": "http" if s.spec.url else "stdio"}
+            for n, s in self.servers.items()
+        }
+        return {"servers": servers, "problems": list(self.problems)}
 
 
 def create_plugin(name: str, config: Mapping[str, Any]) -> MCPPlugin:

@@ -33,8 +33,8 @@ def register(sub: Any) -> None:
     ask.add_argument("--json", action="store_true", help="print the whole result as JSON (implies --no-stream)")
     ask.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for the reply (default 300)")
     ask.add_argument("--image", action="append", default=[], metavar="FILE",
-                     help="keep FILE in the media store and add its marker to the message (repeatable); "
-                     "the model reads the marker, not the pixels")
+                     help="send image FILE with the message (repeatable): kept in the media store, seen by a "
+                     "model with vision, else described by the image fallback source; the text gets its marker")
     ask.set_defaults(func=cmd_ask)
 
 
@@ -63,11 +63,13 @@ async def ask(
     """Send ``text``, follow its turn to the end; returns the response frame plus ``tool_calls``."""
     client = await connect_to(paths)
     try:
+        media: list[str] = []
         if images:
             from homeagent.cli.media_cmd import attach_images
 
-            text = "\n".join([text, *await attach_images(client, images)])
-        return await _AskTurn(client, printer).run(text, timeout)
+            media, lines = await attach_images(client, images)
+            text = "\n".join([text, *lines])
+        return await _AskTurn(client, printer).run(text, timeout, media)
     finally:
         await client.close()
 
@@ -82,7 +84,7 @@ class _AskTurn:
         self.stops = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def run(self, text: str, timeout: float) -> dict[str, Any]:
+    async def run(self, text: str, timeout: float, media: list[str] | None = None) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         me = asyncio.current_task()
 
@@ -100,7 +102,7 @@ class _AskTurn:
             loop.add_signal_handler(signal.SIGINT, on_sigint)
         try:
             async with asyncio.timeout(timeout):
-                return await self.follow(text)
+                return await self.follow(text, media or [])
         except TimeoutError:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.stopper.request(), 5)
@@ -119,11 +121,11 @@ class _AskTurn:
         else:
             print(message, file=sys.stderr, flush=True)
 
-    async def follow(self, text: str) -> dict[str, Any]:
+    async def follow(self, text: str, media: list[str] | None = None) -> dict[str, Any]:
         tools: list[dict[str, Any]] = []
         errors: list[str] = []
         printer = self.printer
-        await self.client.send({"type": "chat", "text": text})
+        await self.client.send({"type": "chat", "text": text, **({"media": media} if media else {})})
         while True:
             frame = await self.client.frames.get()
             kind = frame.get("type")

@@ -45,6 +45,22 @@ def register(sub: Any) -> None:
     test.add_argument("name")
     test.add_argument("--json", action="store_true")
     test.set_defaults(func=cmd_llm_test)
+    add = lsub.add_parser(
+        "add", help="add a source or change one (base URL and model default to the adapter's usual ones)"
+    )
+    add.add_argument("name")
+    add.add_argument("--adapter", default=None, help="openai, deepseek, anthropic, gemini, mistral, groq, github, "
+                     "kimi, ollama, server (default openai for a new source)")
+    add.add_argument("--base-url", default=None)
+    add.add_argument("--model", default=None)
+    add.add_argument("--api-key", default=None, help="or - to read it from standard input (kept out of the history)")
+    add.set_defaults(func=cmd_llm_add)
+    rm = lsub.add_parser("remove", help="remove a configured source")
+    rm.add_argument("name")
+    rm.set_defaults(func=cmd_llm_remove)
+    order = lsub.add_parser("order", help="set the fallback order (the first becomes the preferred one)")
+    order.add_argument("names", nargs="+")
+    order.set_defaults(func=cmd_llm_order)
 
 
 def _paths(args: argparse.Namespace) -> Any:
@@ -138,7 +154,7 @@ def cmd_llm_sources(args: argparse.Namespace) -> int:
         mark = "* " if src.get("name") == result.get("current") else "  "
         print(
             f"{mark}{src.get('name', ''):<14}{src.get('adapter', ''):<11}{src.get('model', ''):<28}"
-            f"{src.get('state', ''):<10}{src.get('base_url', '')}"
+            f"{src.get('state', ''):<10}{src.get('base_url', '')}{'  (sees images)' if src.get('vision') else ''}"
         )
     return 0
 
@@ -166,6 +182,64 @@ def cmd_llm_test(args: argparse.Namespace) -> int:
     else:
         print(f"{result['name']}: FAILED after {result['latency_ms']:.0f} ms: {result.get('error')}")
     return 0 if result.get("ok") else 1
+
+
+def cmd_llm_add(args: argparse.Namespace) -> int:
+    from homeagent.config import ConfigError
+
+    params: dict[str, Any] = {"name": args.name}
+    if args.adapter is None and args.name not in _stored_sources(args):
+        params["adapter"] = "openai"
+    key = sys.stdin.readline().strip() if args.api_key == "-" else args.api_key
+    for field, value in (("adapter", args.adapter), ("base_url", args.base_url), ("model", args.model),
+                         ("api_key", key)):
+        if value is not None:
+            params[field] = value
+    try:
+        result = _call(args, "llm.add", params, lambda: _local_llm(args).save_source(params))
+    except (RemoteError, ValueError, ConfigError) as exc:
+        return _fail(str(exc))
+    source = next((s for s in result.get("sources", []) if s.get("name") == result["name"]), None)
+    print(f"{'added' if result.get('created') else 'changed'} LLM source {result['name']}"
+          + (f": {source['adapter']} {source['model']} at {source['base_url']}" if source else ""))
+    for note in result.get("notes", []):
+        if f"'{result['name']}'" in note:
+            print(f"note: {note}", file=sys.stderr)
+    print(f"try it: homeagent llm test {result['name']}")
+    return 0
+
+
+def _stored_sources(args: argparse.Namespace) -> list[str]:
+    try:
+        stored = _call(args, "config.list", {"prefix": "core.llm.sources."},
+                       lambda: _local_control(args).list({"prefix": "core.llm.sources."}))
+    except RemoteError:
+        return []
+    return sorted({k.split(".")[3] for k in stored if k.count(".") >= 4})
+
+
+def cmd_llm_remove(args: argparse.Namespace) -> int:
+    from homeagent.config import ConfigError
+
+    params = {"name": args.name}
+    try:
+        _call(args, "llm.remove", params, lambda: _local_llm(args).remove_source(params))
+    except (RemoteError, ValueError, ConfigError) as exc:
+        return _fail(str(exc))
+    print(f"removed LLM source {args.name}")
+    return 0
+
+
+def cmd_llm_order(args: argparse.Namespace) -> int:
+    from homeagent.config import ConfigError
+
+    params = {"names": list(args.names)}
+    try:
+        result = _call(args, "llm.order", params, lambda: _local_llm(args).reorder(params))
+    except (RemoteError, ValueError, ConfigError) as exc:
+        return _fail(str(exc))
+    print("fallback order: " + " > ".join(s["name"] for s in result.get("sources", [])))
+    return 0
 
 
 async def _local_llm_test(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:

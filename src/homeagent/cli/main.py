@@ -138,11 +138,34 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     status = asyncio.run(rpc(args, "status"))
+    mcp = asyncio.run(_mcp_health(args))
+    if mcp is not None:
+        status["mcp"] = mcp
     if args.json:
         print(json.dumps(status, ensure_ascii=False, indent=2))
         return 0
     print(format_status(status))
     return 0
+
+
+async def _mcp_health(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The mcp plugin's per-server health, or None when it is not running (or the daemon is still starting)."""
+    try:
+        info = await rpc(args, "plugins.info", {"name": "mcp"})
+    except (RemoteError, DaemonUnavailable, DaemonStarting):
+        return None
+    health = info.get("health") if isinstance(info, dict) else None
+    return health if isinstance(health, dict) and health.get("servers") else None
+
+
+def format_mcp(health: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, server in sorted((health.get("servers") or {}).items()):
+        state = str(server.get("state", "?"))
+        detail = f"{server.get('tools', 0)} tools" if state == "connected" else str(server.get("error") or "")
+        lines.append(f"mcp        {name}: {state}{f' ({detail})' if detail else ''}")
+    lines += [f"mcp        problem: {p}" for p in health.get("problems") or []]
+    return lines
 
 
 def format_status(status: dict[str, Any]) -> str:
@@ -162,6 +185,8 @@ def format_status(status: dict[str, Any]) -> str:
     )
     lines.append(f"LLM        {status.get('llm_source') or 'offline'}")
     lines.append(f"tools      {status.get('tools', 0)}   plugins {status.get('plugins', 0)}")
+    if isinstance(status.get("mcp"), dict):
+        lines.extend(format_mcp(status["mcp"]))
     if status.get("approvals_pending"):
         lines.append(f"approvals  {status['approvals_pending']} tool call(s) waiting: homeagent approvals list")
     return "\n".join(lines)

@@ -214,20 +214,21 @@ def _render_gc(r: dict[str, Any]) -> str:
 
 
 # -- homeagent ask --image ---------------------------------------------------------------
-async def attach_images(client: Any, files: list[Path]) -> list[str]:
-    """Keep each file in the daemon's media store; the lines to add to the message (their markers).
+async def attach_images(client: Any, files: list[Path]) -> tuple[list[str], list[str]]:
+    """Keep each file in the daemon's media store: (their digests, lines to add to the message).
 
-    The model reads the marker (type, short digest, the file's name as its
-    description) and can attach the image to a memory by that digest; it
-    does not see the pixels, which no provider is sent yet. With the store
-    off the line is a plain ``[image: name]``. A file the store refuses
-    (missing, empty, too large) raises ``RemoteError`` naming it: the
+    The digests go with the message as media: an image reaches a model that
+    sees as an image, else as its description (agent/media_input.py), and the
+    turn's text gets each item's marker. With the store off there is no
+    digest, and the line is a plain ``[image: name]``. A file the store
+    refuses (missing, empty, too large) raises ``RemoteError`` naming it: the
     message is not sent.
     """
     from homeagent.cli.client import RemoteError
     from homeagent.memory.media.api import OFF
 
-    lines = []
+    digests: list[str] = []
+    lines: list[str] = []
     for path in files:
         try:
             result = await client.call(
@@ -238,5 +239,5 @@ async def attach_images(client: Any, files: list[Path]) -> list[str]:
                 lines.append(f"[image: {path.name}]")
                 continue
             raise RemoteError(f"{path}: {exc}") from None
-        lines.append(str(result["marker"]))
-    return lines
+        digests.append(str(result["digest"]))
+    return digests, lines

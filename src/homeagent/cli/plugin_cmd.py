@@ -37,7 +37,9 @@ def register(sub: Any) -> None:
     info.add_argument("--json", action="store_true")
     info.set_defaults(func=cmd_info)
 
-    install = psub.add_parser("install", help="install a .hmap package from a file or an http(s) URL")
+    install = psub.add_parser(
+        "install", help="install a plugin: a .hmap/.zip file, an http(s) URL, or a folder (a SKILL.md folder is a skill)"
+    )
     install.add_argument("source")
     install.add_argument("--upgrade", action="store_true", help="replace an installed plugin of the same name")
     install.add_argument("--json", action="store_true")
@@ -68,7 +70,7 @@ def register(sub: Any) -> None:
     init.add_argument("--dir", default=".", help="folder to create it in (default: the current folder)")
     init.set_defaults(func=cmd_init)
 
-    pack = psub.add_parser("pack", help="build a .hmap package from a plugin folder")
+    pack = psub.add_parser("pack", help="build a .hmap package from a plugin folder (or a SKILL.md-only skill folder)")
     pack.add_argument("dir")
     pack.add_argument("-o", "--output", help="output file (default: ./<name>-<version>.hmap)")
     pack.set_defaults(func=cmd_pack)
@@ -249,7 +251,13 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 async def _local_install(args: argparse.Namespace) -> dict[str, Any]:
     from homeagent import __version__
-    from homeagent.plugins.package import PackageError, download_package, extract_package, inspect_package
+    from homeagent.plugins.package import (
+        PackageError,
+        download_package,
+        extract_package,
+        inspect_package,
+        pack_folder,
+    )
     from homeagent.plugins.registry import RESERVED_NAMES
 
     config = _local_config(args)
@@ -262,6 +270,9 @@ async def _local_install(args: argparse.Namespace) -> dict[str, Any]:
             path = downloaded
         else:
             path = _expand(args.source)
+            if path.is_dir():  # a plugin or SKILL.md folder: packed, then checked like a package
+                downloaded = await asyncio.to_thread(pack_folder, path, plugins_dir / ".downloads")
+                path = downloaded
         info = await asyncio.to_thread(inspect_package, path, host_version=__version__)
         if info.manifest.name in _builtin_names() or info.manifest.name in RESERVED_NAMES:
             raise PackageError(f"{info.manifest.name!r} is the name of a built-in plugin; choose another name")

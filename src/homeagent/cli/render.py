@@ -128,6 +128,8 @@ class ReplyPrinter:
                 self.out.write("\n")
             self._content = False
             self.out.flush()
+            if frame.get("fallback_from"):  # the preferred source failed; say which one answered instead
+                self.note(f"(answered by {frame.get('source')}: {frame['fallback_from']} did not answer)")
             return True
         elif kind == "closed":
             self.note("the daemon closed the connection", color="red")

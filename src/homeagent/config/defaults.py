@@ -43,6 +43,9 @@ SOURCE_FIELDS: dict[str, ConfigDef] = {
                   "Tokens the model accepts; 0 = unknown.", min=0),
         ConfigDef("thinking_enabled", False, "bool", "Thinking",
                   "Ask the model for its reasoning where the provider supports it."),
+        ConfigDef("vision", False, "bool", "Vision",
+                  "The model can see images: attached images go to it as images. Off: they are described by "
+                  "core.input_processing.image.fallback_provider, or reach it as their marker text only."),
     )
 }
 

@@ -569,7 +569,10 @@ class ConfigRegistry:
                 raise ConfigError(qkey, f"cannot write to {self.path}: {e}") from e
             self._values(plugin)[key] = value
             self._warned.discard(qkey)
-        log.debug("config set %s = %r", qkey, self.masked(qkey, value))
+        if isinstance(value, dict | list):  # structured values carry secrets of their own (an MCP server's env)
+            log.debug("config set %s (%s, %d items)", qkey, type(value).__name__, len(value))
+        else:
+            log.debug("config set %s = %r", qkey, self.masked(qkey, value))
         self._notify(qkey, value)
         return value
 

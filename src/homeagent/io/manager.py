@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from homeagent.sdk.types import InjectOptions
+from homeagent.sdk.types import InjectOptions, MediaBlock
 from homeagent.text import scrub_text
 
 FrameSink = Callable[[dict[str, Any]], Awaitable[None] | None]
@@ -40,6 +40,7 @@ class TurnResult:
     source: str = ""
     interrupted: bool = False
     input_id: str = ""
+    fallback_from: str = ""  # set when a fallback LLM source answered instead of the first in line
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +53,7 @@ class TurnResult:
             "source": self.source,
             "interrupted": self.interrupted,
             "id": self.input_id,
+            "fallback_from": self.fallback_from,
         }
 
 
@@ -67,6 +69,7 @@ class InputMessage:
     sink: FrameSink | None = None
     reply: asyncio.Future[TurnResult] | None = None
     interrupt: bool = False
+    media: list[MediaBlock] = field(default_factory=list)  # images and files that go with the text this turn
 
     @property
     def no_memory(self) -> bool:
@@ -93,8 +96,10 @@ class IOManager:
         *,
         options: InjectOptions | None = None,
         sink: FrameSink | None = None,
+        media: list[MediaBlock] | None = None,
     ) -> str:
-        return self.inject(InputMessage(text, source, channel, options or InjectOptions(), sink=sink))
+        return self.inject(InputMessage(text, source, channel, options or InjectOptions(), sink=sink,
+                                        media=list(media or [])))
 
     def inject_text_no_memory(self, source: str, channel: str, text: str) -> str:
         return self.inject_text(source, channel, text, options=InjectOptions(no_memory=True))
@@ -108,10 +113,12 @@ class IOManager:
         options: InjectOptions | None = None,
         sink: FrameSink | None = None,
         timeout: float | None = None,
+        media: list[MediaBlock] | None = None,
     ) -> TurnResult:
         """Queue an input and wait for the turn it starts to finish."""
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
-        message = InputMessage(text, source, channel, options or InjectOptions(), sink=sink, reply=future)
+        message = InputMessage(text, source, channel, options or InjectOptions(), sink=sink, reply=future,
+                               media=list(media or []))
         self.inject(message)
         return await asyncio.wait_for(asyncio.shield(future), timeout)
 
@@ -124,8 +131,10 @@ class IOManager:
 
     # -- interrupts -------------------------------------------------------
     def inject_interrupt_text(
-        self, source: str, channel: str, text: str, *, options: InjectOptions | None = None, sink: FrameSink | None = None
+        self, source: str, channel: str, text: str, *, options: InjectOptions | None = None,
+        sink: FrameSink | None = None, media: list[MediaBlock] | None = None,
     ) -> str:
-        message = InputMessage(scrub_text(text), source, channel, options or InjectOptions(), sink=sink, interrupt=True)
+        message = InputMessage(scrub_text(text), source, channel, options or InjectOptions(), sink=sink, interrupt=True,
+                               media=list(media or []))
         self.interrupts.put_nowait(message)
         return message.id

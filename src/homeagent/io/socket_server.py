@@ -21,7 +21,9 @@ flight, and becomes a turn when the agent is idle) are limited to
 ``INTERRUPT_RATE`` a second per connection.
 
 Client → daemon frames:
-  {"type": "chat", "text": "...", "id"?: "..."}       a message; the turn's frames stream back
+  {"type": "chat", "text": "...", "id"?: "...", "media"?: ["<digest>", ...]}
+                                                      a message (with media from the media store, at
+                                                      most 10); the turn's frames stream back
   {"type": "interrupt", "text": "..."}                interrupt text for the running turn
   {"type": "cancel"}                                  stop the running turn
   {"type": "attach"}                                  also receive proactive output (channel "cli")
@@ -47,6 +49,7 @@ from typing import Any
 
 from homeagent.io.manager import IOManager
 from homeagent.ratelimit import TokenBucket
+from homeagent.sdk.types import MediaBlock
 from homeagent.text import TooDeep, loads, scrub_text
 
 log = logging.getLogger("homeagent.socket")
@@ -336,6 +339,10 @@ class SocketServer:
             if not isinstance(text, str):
                 conn.send_now({"type": "error", "message": "chat frame needs a string 'text'"})
                 return
+            digests = frame.get("media") or []
+            if not isinstance(digests, list) or len(digests) > 10 or not all(isinstance(d, str) for d in digests):
+                conn.send_now({"type": "error", "message": "chat frame: 'media' must be a list of at most 10 digests"})
+                return
             limit = conn.limits.max_queued_turns
             if conn.queued_turns >= limit:
                 conn.busy_refusals += 1
@@ -348,7 +355,8 @@ class SocketServer:
                                "error": message, "code": "busy"})
                 return
             conn.queued_turns += 1
-            self.io.inject_text("cli", self.channel, text, sink=conn.turn_sink())
+            self.io.inject_text("cli", self.channel, text, sink=conn.turn_sink(),
+                                media=[MediaBlock(digest=d) for d in digests])
         elif kind == "interrupt":
             # an interrupt cancels the LLM call in flight, and becomes a turn when the agent is idle:
             # a connection gets a human's rate of them, not a flood's

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -500,6 +500,12 @@ def atomic_write(path: Path, data: bytes, *, keep_backup: bool = True) -> None:
         os.close(dir_fd)
 
 
+class ContextMediaRefs(Protocol):
+    """What the recorder needs from the media store: a turn's images are referenced by their context event."""
+
+    async def aadd_refs(self, owner_kind: str, owner_id: str, refs: Sequence[str]) -> list[str]: ...
+
+
 class ContextTurnMemory:
     """The agent's ``TurnMemory`` port (``agent/memory_port.py``) on top of L1.
 
@@ -509,8 +515,9 @@ class ContextTurnMemory:
     returns once they are durable (one journal fsync for both).
     """
 
-    def __init__(self, context: RelevanceContext) -> None:
+    def __init__(self, context: RelevanceContext, media: ContextMediaRefs | None = None) -> None:
         self.context = context
+        self.media = media
 
     async def history(self, user_text: str, channel: str, *, group_id: str = "") -> list[dict[str, Any]]:
         await self.context.prune(user_text)
@@ -524,8 +531,17 @@ class ContextTurnMemory:
         user_id = getattr(turn, "user_id", "")
         group_id = getattr(turn, "group_id", "")
         meta = {key: value for key, value in (("user_id", user_id), ("group_id", group_id)) if value}
+        digests = [str(d) for d in getattr(turn, "media_digests", []) or []]
         if getattr(turn, "user_text", ""):
-            self.context.append(ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=dict(meta), **common))
+            event = ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=dict(meta), **common)
+            if digests and self.media is not None:
+                event.meta["media"] = digests
+                # before the event is in the window: GC never sees a marker in the context without its reference
+                try:
+                    await self.media.aadd_refs("context", event.id, digests)
+                except Exception as exc:  # the bytes may be gone already; the marker keeps the description
+                    self.context.log.warning("context: referencing media %s failed: %s", ", ".join(d[:12] for d in digests), exc)
+            self.context.append(event)
         outputs = [
             {"tool": o.tool, "text": o.text, "no_memory": getattr(o, "memory_text", "") is None}
             for o in getattr(turn, "tool_outputs", []) or []

@@ -10,11 +10,17 @@ they embedded on the event loop, and ``insert`` of a dict or a string raised.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from homeagent.memory.documents import Doc, DocDraft, DocumentStore
+from homeagent.memory.media.inputs import check_blocks, store_blocks
+from homeagent.memory.media.markers import with_markers
+from homeagent.memory.media.store import MediaStore
 from homeagent.sdk.api import DocMemoryAPI
+from homeagent.sdk.types import MediaBlock
 
 _FIELDS = ("content", "summary", "tags", "ts", "id", "speaker", "session", "source")
 
@@ -64,9 +70,14 @@ def as_draft(doc: Any, *, source: str = "") -> DocDraft:
 class DocMemoryService(DocMemoryAPI):
     """``DocMemoryAPI`` for plugins; built once in ``daemon.py`` around the daemon's store."""
 
-    def __init__(self, store: DocumentStore, *, source: str = "plugin") -> None:
+    def __init__(
+        self, store: DocumentStore, *, source: str = "plugin", media: MediaStore | None = None,
+        max_bytes: Callable[[], int] = lambda: 20 * 1024 * 1024,
+    ) -> None:
         self._store = store
         self._source = source
+        self._media = media
+        self._max_bytes = max_bytes
 
     async def query(self, text: str, top_k: int = 3) -> list[Any]:
         return list(await self._store.aquery(text, top_k))
@@ -79,3 +90,28 @@ class DocMemoryService(DocMemoryAPI):
 
     async def stats(self) -> dict[str, Any]:
         return dict(await self._store.astats())
+
+    async def insert_with_media(self, doc: Any, attachments: Sequence[MediaBlock]) -> Any:
+        """The document with one marker line per attachment, referencing each (``document``, its id).
+
+        Everything is checked and stored before the document is written, and
+        the references are added before it too (GC never sees the bytes
+        unreferenced while it is written); a failure leaves no document and
+        no reference. With the media store off the lines are plain
+        ``[image: description]`` text, as the rest of the media chain degrades.
+        """
+        draft = as_draft(doc, source=self._source)
+        blocks = check_blocks(attachments, self._max_bytes())
+        if self._media is None:
+            lines = [f"[{'image' if b.mime.startswith('image/') else 'file'}: {b.description or b.digest[:12] or b.mime}]"
+                     for b in blocks]
+            return await self._store.ainsert(dataclasses.replace(draft, content="\n".join([draft.content.rstrip(), *lines])))
+        infos = await store_blocks(self._media, blocks, source=f"plugin:{self._source}")
+        doc_id = draft.id or f"doc-{uuid.uuid4().hex[:16]}"
+        draft = dataclasses.replace(draft, id=doc_id, content=with_markers(draft.content, infos))
+        await self._media.aadd_refs("document", doc_id, [i.digest for i in infos])
+        try:
+            return await self._store.ainsert(draft)
+        except BaseException:
+            await self._media.aremove_refs("document", doc_id)
+            raise

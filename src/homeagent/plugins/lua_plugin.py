@@ -21,7 +21,8 @@ Execution model (why it is built this way):
 The Lua API: ``sdk.name``, ``sdk.log([level,] msg)``, ``sdk.register_tool(name, def, handler)``,
 ``sdk.register_stage(stage, handler[, "own_tools"])``, ``sdk.register_output_channel(name, caps,
 description, [def,] handler)``, ``sdk.get_setting/set_setting``, ``sdk.settings.*``,
-``sdk.inject_text/inject_interrupt/inject_text_no_memory([source, channel,] text)``, ``sdk.json``,
+``sdk.inject_text/inject_interrupt/inject_text_no_memory([source, channel,] text)``,
+``sdk.inject_media/inject_interrupt_media([source, channel,] text, media)``, ``sdk.json``,
 ``sdk.http.get(url[, headers])``, ``sdk.http.post(url, body[, content_type|headers])``.
 """
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 import threading
 from collections.abc import Callable
@@ -38,7 +40,7 @@ from typing import Any
 
 from homeagent.lua.runtime import HttpPolicy, LuaError, LuaSandbox
 from homeagent.sdk.api import PluginSDK, SettingsAPI
-from homeagent.sdk.types import Stage, StageContext, ToolDef
+from homeagent.sdk.types import MediaBlock, Stage, StageContext, ToolDef
 
 __all__ = ["LuaLimits", "LuaPlugin"]
 
@@ -53,6 +55,7 @@ _SDK_LUA = r"""
 local type, tostring, select, error, rawget = type, tostring, select, error, rawget
 local concat = table.concat
 local hlog, hreg, hget, hset, hsettings, hinject, hname = _hlog, _hreg, _hget, _hset, _hsettings, _hinject, _hname
+local hinject_media = _hinject_media
 
 local function text(...)
   local parts = {}
@@ -114,6 +117,17 @@ sdk.inject_text = inject("text")
 sdk.inject_interrupt = inject("interrupt")
 sdk.inject_interrupt_text = sdk.inject_interrupt
 sdk.inject_text_no_memory = inject("no_memory")
+
+-- media: a list of {data = "data:image/png;base64,...", description = "..."} or {digest = "..."}
+local function inject_media(mode)
+  return function(a, b, c, d)
+    if c == nil and d == nil then return hinject_media(mode, "", "", tostring(a), json.encode(json.array(b or {}))) end
+    return hinject_media(mode, a and tostring(a) or "", b and tostring(b) or "", tostring(c),
+                         json.encode(json.array(d or {})))
+  end
+end
+sdk.inject_media = inject_media("text")
+sdk.inject_interrupt_media = inject_media("interrupt")
 
 sdk.http = {
   get = function(url, headers) return http_get(url, headers) end,
@@ -243,6 +257,7 @@ class LuaPlugin:
             "_hset": sb.wrap_function(self._h_set, "sdk.set_setting"),
             "_hsettings": sb.wrap_function(self._h_settings, "sdk.settings.list"),
             "_hinject": sb.wrap_function(self._h_inject, "sdk.inject"),
+            "_hinject_media": sb.wrap_function(self._h_inject_media, "sdk.inject_media"),
             "_hname": self.name,
         }
         api = sb.load(_SDK_LUA, "homeagent/lua_plugin_sdk", globals=host)
@@ -362,6 +377,21 @@ class LuaPlugin:
             fn = lambda: host.inject_text_no_memory(source, channel, text)  # noqa: E731
         else:
             fn = lambda: host.inject_text(source, channel, text)  # noqa: E731
+        self._on_loop(fn)
+
+    def _h_inject_media(self, mode: str, source: str, channel: str, text: str, media_json: str) -> None:
+        """An input (or interrupt) with media; the blocks come as JSON text: data URLs or digests."""
+        host = self._host
+        if host is None:
+            raise RuntimeError("inject_media is available from plugin.start on")
+        raw = json.loads(media_json)
+        blocks = [MediaBlock.from_json(b) for b in raw] if isinstance(raw, list) else []
+        source = source or self.name
+        channel = channel or self.name
+        if mode == "interrupt":
+            fn: Callable[[], Any] = lambda: host.inject_interrupt_media(source, channel, text, blocks)  # noqa: E731
+        else:
+            fn = lambda: host.inject_input_media(source, channel, text, blocks)  # noqa: E731
         self._on_loop(fn)
 
     # -- registrations (on the loop) ---------------------------------------------

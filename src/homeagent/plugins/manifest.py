@@ -81,7 +81,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
 def entry_kind(entry: str) -> str:
     """How a plugin with this ``entry`` is loaded: lua, skill, python or process."""
     base = entry.rsplit("/", 1)[-1]
-    if base in _SKILL_ENTRIES:
+    if base in _SKILL_ENTRIES or base.lower() == "skill.md":
         return "skill"
     if base.endswith(".lua"):
         return "lua"

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -44,7 +45,9 @@ __all__ = [
     "entry_present",
     "extract_package",
     "inspect_package",
+    "pack_folder",
     "pack_plugin",
+    "packable",
     "remove_plugin_dir",
     "sha256_file",
 ]
@@ -120,7 +123,7 @@ def entry_present(files: set[str] | frozenset[str], manifest: Manifest) -> bool:
     if manifest.kind == "python" and not entry.endswith(".py"):
         return True  # module:factory may name a bundled module or one installed with pip
     if manifest.kind == "skill":
-        return "SKILL.md" in files or "skill.md" in files
+        return any(f.lower() == "skill.md" for f in files)
     return entry.removeprefix("./") in files
 
 
@@ -138,13 +141,17 @@ def inspect_package(path: Path, *, host_version: str = __version__) -> PackageIn
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
             prefix, files, total = _check_entries(infos)
-            raw = zf.read(prefix + MANIFEST_NAME)
+            skill_only = MANIFEST_NAME not in files
+            raw = zf.read(prefix + (_skill_entry(files) if skill_only else MANIFEST_NAME))
     except zipfile.BadZipFile as e:
         raise PackageError(f"{path.name} is a damaged zip archive: {e}") from None
-    try:
-        manifest = Manifest.parse(raw, source=f"{path.name}:{MANIFEST_NAME}")
-    except ManifestError as e:
-        raise PackageError(str(e)) from None
+    if skill_only:
+        manifest = _skill_manifest(raw, prefix.rstrip("/") or path.stem, _skill_entry(files))
+    else:
+        try:
+            manifest = Manifest.parse(raw, source=f"{path.name}:{MANIFEST_NAME}")
+        except ManifestError as e:
+            raise PackageError(str(e)) from None
     problems = manifest.compatibility_problems(host_version)
     if problems:
         raise PackageError("; ".join(problems))
@@ -182,15 +189,44 @@ def _check_entries(infos: list[zipfile.ZipInfo]) -> tuple[str, list[str], int]:
                 f"(limit {MAX_RATIO}x; possible zip bomb)"
             )
     files = [i.filename for i in infos if not i.is_dir()]
-    if MANIFEST_NAME in files:
+
+    def marks_root(names: list[str]) -> bool:
+        return MANIFEST_NAME in names or any("/" not in f and f.lower() == "skill.md" for f in names)
+
+    if marks_root(files):
         prefix = ""
     else:
         tops = {f.split("/", 1)[0] for f in files}
-        if len(tops) == 1 and f"{next(iter(tops))}/{MANIFEST_NAME}" in files:
-            prefix = next(iter(tops)) + "/"
-        else:
-            raise PackageError("package has no plugin.json at its top level")
+        top = next(iter(tops)) + "/" if len(tops) == 1 else ""
+        if not top or not marks_root([f[len(top):] for f in files]):
+            raise PackageError("package has no plugin.json (nor a SKILL.md) at its top level")
+        prefix = top
     return prefix, [f[len(prefix) :] for f in files if f.startswith(prefix)], total
+
+
+def _skill_entry(files: list[str] | frozenset[str]) -> str:
+    return sorted(f for f in files if "/" not in f and f.lower() == "skill.md")[0]
+
+
+def _skill_manifest(raw: bytes, fallback: str, entry: str) -> Manifest:
+    """The manifest a SKILL.md-only plugin gets: named by its frontmatter (else its folder), version 0.0.0."""
+    from homeagent.plugins.skills import PLUGIN_NAME, skill_name_of
+
+    fallback = re.sub(r"[^A-Za-z0-9_-]+", "-", fallback).strip("-_")[:64] or "skill"
+    if not PLUGIN_NAME.match(fallback):
+        fallback = f"skill-{fallback}"[:64]
+    return Manifest(name=skill_name_of(raw, fallback), version="0.0.0", entry=entry)
+
+
+def packable(src: Path) -> Manifest:
+    """The manifest of plugin folder ``src``: its plugin.json, or one made for a SKILL.md-only folder."""
+    if (src / MANIFEST_NAME).is_file() or not src.is_dir():
+        return Manifest.load(src / MANIFEST_NAME)
+    entries = [p.name for p in src.iterdir() if p.is_file() and p.name.lower() == "skill.md"]
+    if not entries:
+        raise PackageError(f"{src} has no {MANIFEST_NAME} and no SKILL.md: it is not a plugin folder")
+    entry = sorted(entries)[0]
+    return _skill_manifest((src / entry).read_bytes(), src.name, entry)
 
 
 def extract_package(info: PackageInfo, plugins_dir: Path, *, upgrade: bool = False, source: str = "") -> Path:
@@ -325,7 +361,7 @@ def pack_plugin(src: Path, out: Path | None = None) -> tuple[Path, Manifest, str
     Entries get a fixed timestamp so the same folder packs to the same bytes.
     """
     src = src.resolve()
-    manifest = Manifest.load(src / MANIFEST_NAME)
+    manifest = packable(src)
     files: list[Path] = []
     for path in sorted(src.rglob("*")):
         rel = path.relative_to(src)
@@ -357,3 +393,17 @@ def pack_plugin(src: Path, out: Path | None = None) -> tuple[Path, Manifest, str
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
     return out, manifest, sha256_file(out)
+
+
+def pack_folder(src: Path, staging: Path) -> Path:
+    """``src`` packed into a fresh file under ``staging`` (the caller deletes it after installing)."""
+    staging.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, name = tempfile.mkstemp(prefix=".folder-", suffix=PACKAGE_EXT, dir=staging)
+    os.close(fd)
+    try:
+        path, _, _ = pack_plugin(src, Path(name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+        raise
+    return path

@@ -54,6 +54,7 @@ from homeagent.plugins.package import (
     download_package,
     extract_package,
     inspect_package,
+    pack_folder,
     remove_plugin_dir,
 )
 from homeagent.plugins.services import HostSDK, PluginServices
@@ -531,7 +532,10 @@ class PluginRegistry:
     # -- install / remove -----------------------------------------------------------
 
     async def install(self, source: str, *, upgrade: bool = False) -> dict[str, Any]:
-        """Install a ``.hmap`` from a path or http(s) URL and start it; see package.py for the checks."""
+        """Install a ``.hmap`` (or .zip) from a path or http(s) URL, or a plugin folder, and start it.
+
+        See package.py for the checks; a folder holding only a SKILL.md is a skill plugin.
+        """
         downloaded: Path | None = None
         try:
             if source.startswith(("http://", "https://")):
@@ -539,6 +543,9 @@ class PluginRegistry:
                 path = downloaded
             else:
                 path = _user_path(source)
+                if await asyncio.to_thread(path.is_dir):  # a plugin or SKILL.md folder: packed, then checked alike
+                    downloaded = await asyncio.to_thread(pack_folder, path, self.plugins_dir / ".downloads")
+                    path = downloaded
             info = await asyncio.to_thread(inspect_package, path, host_version=self.services.version)
             name = info.manifest.name
             if name in self._factories or name in RESERVED_NAMES:

@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from homeagent import __version__
+from homeagent.agent.media_input import TOOL_BLOCKS
 from homeagent.agent.origin import current_origin
 from homeagent.config.settings import PluginSettings
 from homeagent.llm_control import LLMSources
+from homeagent.memory.media.inputs import MAX_BLOCKS, check_blocks
 from homeagent.sdk.api import (
     LLMAPI,
     ChannelHandler,
@@ -42,7 +44,17 @@ from homeagent.sdk.api import (
     Unregister,
     coerce_tool_def,
 )
-from homeagent.sdk.types import InjectOptions, Origin, OutputCap, Stage, StageHandler, TextCleaner, ToolDef, ToolHandler
+from homeagent.sdk.types import (
+    InjectOptions,
+    MediaBlock,
+    Origin,
+    OutputCap,
+    Stage,
+    StageHandler,
+    TextCleaner,
+    ToolDef,
+    ToolHandler,
+)
 
 if TYPE_CHECKING:
     from homeagent.agent.prompt import PromptBuilder
@@ -234,6 +246,43 @@ class HostSDK(PluginSDK):
 
     def inject_text_no_memory(self, source: str, channel: str, text: str) -> str:
         return self._s.io.inject_text_no_memory(source or self._name, channel or self._name, text)
+
+    def _blocks(self, media: Sequence[MediaBlock]) -> list[MediaBlock]:
+        return check_blocks(media, self._s.config.get_int("core.memory.media.max_bytes", 20 * 1024 * 1024))
+
+    def inject_input_media(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None,
+    ) -> str:
+        blocks = self._blocks(media)
+        return self._s.io.inject_text(source or self._name, channel or self._name, text, options=options,
+                                      media=blocks)
+
+    async def inject_input_media_sync(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None, timeout: float = 300.0,
+    ) -> dict[str, Any]:
+        blocks = self._blocks(media)
+        result = await self._s.io.inject_sync(source or self._name, channel or self._name, text, options=options,
+                                              timeout=timeout, media=blocks)
+        return result.to_dict()
+
+    def inject_interrupt_media(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None,
+    ) -> str:
+        blocks = self._blocks(media)
+        return self._s.io.inject_interrupt_text(source or self._name, channel or self._name, text, options=options,
+                                                media=blocks)
+
+    def set_tool_blocks(self, blocks: Sequence[MediaBlock]) -> None:
+        sink = TOOL_BLOCKS.get()
+        if sink is None:
+            raise RuntimeError("set_tool_blocks works only inside a tool handler, while its call runs")
+        checked = self._blocks(blocks)
+        if len(sink) + len(checked) > MAX_BLOCKS:
+            raise ValueError(f"at most {MAX_BLOCKS} media blocks go with one tool result")
+        sink.extend(checked)
 
     # -- output channels --------------------------------------------------------
 

@@ -26,6 +26,7 @@ Design choices:
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import hashlib
 import json
@@ -35,13 +36,14 @@ import re
 import shutil
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from homeagent.memory.lexical import Analyzer, LexicalIndex
 from homeagent.sdk.types import ToolDef
 
 if TYPE_CHECKING:
@@ -56,13 +58,17 @@ __all__ = [
     "SkillError",
     "SkillPlugin",
     "find_skill_file",
+    "is_skill_file",
     "parse_skill",
     "parse_skill_text",
+    "skill_name_of",
 ]
 
 log = logging.getLogger("homeagent.plugins.skills")
 
 SKILL_FILES = ("SKILL.md", "skill.md")
+RANK_TIMEOUT = 1.5  # seconds the prompt waits for the relevance ranking before listing by name
+PLUGIN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MAX_SKILL_BYTES = 512 * 1024
 MAX_DESCRIPTION = 1024
 MAX_COMPATIBILITY = 500
@@ -121,12 +127,36 @@ class Skill:
         }
 
 
+def is_skill_file(name: str) -> bool:
+    """``SKILL.md`` in any letter case (``Skill.md``, ``skill.MD``): authors and zip tools differ."""
+    return name.lower() == "skill.md"
+
+
 def find_skill_file(folder: Path) -> Path | None:
     for name in SKILL_FILES:
         path = folder / name
         if path.is_file():
             return path
-    return None
+    try:
+        found = sorted(p for p in folder.iterdir() if is_skill_file(p.name) and p.is_file())
+    except OSError:
+        return None
+    return found[0] if found else None
+
+
+def skill_name_of(raw: bytes, fallback: str) -> str:
+    """The frontmatter ``name`` of SKILL.md bytes when it can name a plugin, else ``fallback``.
+
+    Used to name a SKILL.md-only folder or zip when it is packed or installed
+    (it has no plugin.json); a file that does not parse keeps the fallback and
+    is reported when the skill loads.
+    """
+    try:
+        data, _ = split_frontmatter(raw.decode("utf-8", "replace"), fallback)
+    except SkillError:
+        return fallback
+    name = data.get("name")
+    return name.strip() if isinstance(name, str) and PLUGIN_NAME.match(name.strip()) else fallback
 
 
 _PLAIN_KEY = re.compile(r"^(name|description|license|compatibility)(\s*):\s+(.*\S)\s*$")
@@ -367,8 +397,11 @@ class SkillCatalog:
         self._skills: dict[str, Skill] = {}
         self._locations: dict[Path, str] = {}
         self._undo: list[Callable[[], None]] = []
-        self._cache: tuple[int, int, str] | None = None
+        self._cache: tuple[int, int, str, bool] | None = None
         self._generation = 0
+        # relevance ranking when not every skill fits the budget: memory's BM25 over names and descriptions
+        self._analyzer: Analyzer | None = None
+        self._index: tuple[int, LexicalIndex] | None = None
 
     # -- membership -------------------------------------------------------------
 
@@ -466,22 +499,65 @@ class SkillCatalog:
         self._locations[skill.file] = location
         return location
 
-    def _section(self, _inputs: PromptInputs) -> str:
-        return self.prompt_block()
+    def _section(self, inputs: PromptInputs) -> str | Awaitable[str]:
+        text, complete = self._full_block()
+        if complete or not inputs.user_text.strip():
+            return text
+        return self._relevant_section(inputs.user_text, text)
+
+    async def _relevant_section(self, user_text: str, fallback: str) -> str:
+        """More skills than the budget holds: list the ones closest to this message (tokenising runs off the loop)."""
+        listed = self._offered()  # taken here: the loop may add or remove skills while the thread ranks
+        try:
+            return await asyncio.wait_for(
+                asyncio.to_thread(self.relevant_block, user_text, listed, self._generation), RANK_TIMEOUT
+            )
+        except TimeoutError:  # the word segmenter's first load; this turn gets the alphabetical list
+            return fallback
+        except Exception:
+            log.exception("ranking the skills failed; listing them by name")
+            return fallback
 
     def prompt_block(self) -> str:
         """The skills index for the system prompt, at most the budget in characters."""
+        return self._full_block()[0]
+
+    def _full_block(self) -> tuple[str, bool]:
         budget = self._budget_now()
         if self._cache and self._cache[0] == self._generation and self._cache[1] == budget:
-            return self._cache[2]
-        text = self._render(budget)
-        self._cache = (self._generation, budget, text)
-        return text
+            return self._cache[2], self._cache[3]
+        text, shown, total = self._render(budget)
+        self._cache = (self._generation, budget, text, shown == total)
+        return text, shown == total
 
-    def _render(self, budget: int) -> str:
-        listed = [s for s in self.skills() if s.eligible and s.model_invocable]
+    def _offered(self) -> list[Skill]:
+        return [s for s in self.skills() if s.eligible and s.model_invocable]
+
+    def relevant_block(self, user_text: str, listed: list[Skill] | None = None, generation: int | None = None) -> str:
+        """The index with the skills ranked by BM25 against ``user_text`` (then by name); blocking."""
+        if listed is None:
+            listed, generation = self._offered(), self._generation
+        if self._analyzer is None:
+            self._analyzer = Analyzer()
+        analyzer = self._analyzer
+        cached = self._index
+        if cached is None or cached[0] != generation:
+            index = LexicalIndex()
+            index.add_many(
+                (s.name, analyzer.tokens(f"{re.sub(r'[-_]+', ' ', s.name)} {s.name} {s.description}")) for s in listed
+            )
+            cached = self._index = (generation if generation is not None else -1, index)
+        scores = cached[1].score_array(analyzer.tokens(user_text), [s.name for s in listed])
+        ranked = [s for _, _, s in sorted(zip((-float(x) for x in scores), range(len(listed)), listed, strict=True))]
+        return self._render(self._budget_now(), ranked, by_relevance=True)[0]
+
+    def _render(
+        self, budget: int, ranked: list[Skill] | None = None, *, by_relevance: bool = False
+    ) -> tuple[str, int, int]:
+        """(text, skills listed, skills offered): as many as fit, in ``ranked`` order (else by name)."""
+        listed = ranked if ranked is not None else self._offered()
         if not listed:
-            return ""
+            return "", 0, 0
         # Most skills live at <plugins>/<name>/SKILL.md: say that once, show only the exceptions.
         parents = Counter(str(Path(self._location(s)).parent.parent) for s in listed)
         common = parents.most_common(1)[0][0]
@@ -503,32 +579,39 @@ class SkillCatalog:
                 desc = desc[: cap - 1].rstrip() + "…"
             return f"- {name}: {desc}{loc}" if desc else f"- {name}{loc}"
 
+        picked = "the ones closest to this message" if by_relevance else "the first by name"
+
         def render(cap: int, count: int) -> str:
             lines = [
                 line(n, s.description, loc, cap) for s, (n, loc) in zip(listed[:count], fixed[:count], strict=True)
             ]
             more = len(listed) - count
-            tail = [f"(+{more} more skills not listed here; skill_read(name) works for them too)"] if more else []
+            tail = (
+                [f"(+{more} more skills not listed here, {picked} are shown; skill_read(name) works for them too)"]
+                if more
+                else []
+            )
             return "\n".join([header, *lines, *tail])
 
-        text = render(MAX_LISTED_DESCRIPTION, len(listed))
+        total = len(listed)
+        text = render(MAX_LISTED_DESCRIPTION, total)
         if len(text) <= budget:
-            return text
+            return text, total, total
         # shorten every description evenly
         overhead = len(header) + sum(len(n) + len(loc) + 5 for n, loc in fixed)
-        cap = (budget - overhead) // len(listed)
+        cap = (budget - overhead) // total
         if cap >= MIN_LISTED_DESCRIPTION:
-            text = render(cap, len(listed))
+            text = render(cap, total)
             if len(text) <= budget:
-                return text
+                return text, total, total
         # then list as many as fit with short descriptions
-        count = len(listed)
+        count = total
         while count > 0:
             text = render(MIN_LISTED_DESCRIPTION, count)
             if len(text) <= budget:
-                return text
+                return text, count, total
             count = max(0, count - max(1, (len(text) - budget) // 60))
-        return render(MIN_LISTED_DESCRIPTION, 0)[:budget]
+        return render(MIN_LISTED_DESCRIPTION, 0)[:budget], 0, total
 
     # -- tools (sync: the registry runs them on a worker thread) ------------------
 

@@ -87,6 +87,8 @@ class ChatResponse:
     usage: Usage = field(default_factory=Usage)
     source: str = ""
     model: str = ""
+    # the source that was first in line when another one answered (the chat shows "answered by the fallback")
+    fallback_from: str = ""
 
 
 class ProviderError(Exception):
@@ -170,3 +172,29 @@ def parse_tool_call(call_id: str, name: str, raw: str | dict[str, Any] | None) -
     if not isinstance(value, dict):
         return ToolCallOut(id=call_id, name=name, raw_arguments=text, parse_error="arguments must be a JSON object")
     return ToolCallOut(id=call_id, name=name, arguments=value, raw_arguments=text)
+
+
+IMAGE_NOT_SEEN = "[image not shown: this model cannot see images]"
+
+
+def without_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The messages with every ``image_url`` content part replaced by a short text, or None when there is none.
+
+    For a source without vision that a call fell back to (or the offline one):
+    the image parts would be refused or billed as text; the marker lines in the
+    text part already say what the image was.
+    """
+    changed = False
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+            changed = True
+            parts = [p if not (isinstance(p, dict) and p.get("type") == "image_url")
+                     else {"type": "text", "text": IMAGE_NOT_SEEN} for p in content]
+            if all(isinstance(p, dict) and p.get("type") == "text" for p in parts):  # plain text: any API takes it
+                message = {**message, "content": "\n".join(str(p.get("text", "")) for p in parts)}
+            else:
+                message = {**message, "content": parts}
+        out.append(message)
+    return out if changed else None

@@ -69,6 +69,7 @@ class LuaAdaptedProvider:
         priority: int = 0,
         context_window: int = 0,
         thinking_enabled: bool = False,
+        vision: bool = False,
         timeout: float = 120.0,
         connect_timeout: float = 10.0,
     ) -> None:
@@ -83,6 +84,7 @@ class LuaAdaptedProvider:
         self.priority = int(priority)
         self.context_window = max(0, int(context_window))
         self.thinking_enabled = bool(thinking_enabled)
+        self.vision = bool(vision)  # images go to this source as image parts; else as text (see media_input.py)
         self.timeout = request_timeout(timeout, connect_timeout)
         self._shared = http_client
         self._own_session: aiohttp.ClientSession | None = None
@@ -90,7 +92,7 @@ class LuaAdaptedProvider:
         key_digest = hashlib.sha256(self._api_key.encode()).hexdigest()[:16]
         self.fingerprint = "|".join(
             [self.base_url, model, self.adapter_name, key_digest, str(self.thinking_enabled),
-             str(self.context_window), str(self.max_concurrent), str(self.priority)]
+             str(self.context_window), str(self.max_concurrent), str(self.priority), str(self.vision)]
         )
 
     def __repr__(self) -> str:  # never shows the key
@@ -386,7 +388,15 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 
 
 # --------------------------------------------------------------- context window
+IMAGE_CHARS = 3000  # what an image part counts for in the estimate (~1000 tokens), not its base64 length
+
+
 def _message_chars(message: dict[str, Any]) -> int:
+    content = message.get("content")
+    if isinstance(content, list) and any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+        images = sum(1 for p in content if isinstance(p, dict) and p.get("type") == "image_url")
+        rest = [p for p in content if not (isinstance(p, dict) and p.get("type") == "image_url")]
+        return _message_chars({**message, "content": rest}) + IMAGE_CHARS * images
     try:
         return len(json.dumps(message, ensure_ascii=False))
     except (TypeError, ValueError):

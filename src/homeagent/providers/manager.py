@@ -11,6 +11,7 @@ everything transient puts it in an exponential cooldown that honours
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import logging
 import time
@@ -28,6 +29,7 @@ from homeagent.providers.base import (
     ToolCallAssembler,
     ToolCallDelta,
     Usage,
+    without_images,
 )
 
 __all__ = ["ChunkCallback", "ProviderManager", "SourceInfo"]
@@ -54,6 +56,7 @@ class SourceInfo:
     context_window: int
     preferred: bool
     fallback: bool
+    vision: bool = False
 
 
 class _Source:
@@ -63,6 +66,7 @@ class _Source:
         self.fallback = fallback
         self.priority = _int_attr(provider, "priority", 0)
         self.max_concurrent = max(1, _int_attr(provider, "max_concurrent", 8))
+        self.vision = getattr(provider, "vision", False) is True  # the source's own setting; unknown = cannot see
         self.semaphore = asyncio.Semaphore(self.max_concurrent)
         self.fingerprint = getattr(provider, "fingerprint", None)
         self.disabled_reason = ""
@@ -228,6 +232,11 @@ class ProviderManager:
             return min(cooling, key=lambda s: s.cooldown_until).name
         return ""
 
+    def sees_images(self) -> bool:
+        """Whether the source the next call tries first can see images (its ``vision`` setting)."""
+        name = self.current_source()
+        return any(s.name == name and s.vision for s in self._all())
+
     def list_sources(self) -> list[SourceInfo]:
         now = self._clock()
         out: list[SourceInfo] = []
@@ -254,6 +263,7 @@ class ProviderManager:
                     context_window=_int_attr(p, "context_window", 0),
                     preferred=s.name == self._preferred,
                     fallback=s.fallback,
+                    vision=s.vision,
                 )
             )
         return out
@@ -271,6 +281,7 @@ class ProviderManager:
         ordered = self._ordered()
         now = self._clock()
         forced: _Source | None = None
+        blind: ChatRequest | None = None  # the request without its images, for sources that cannot see
         if not any(not s.disabled_reason and s.cooldown_until <= now for s in ordered):
             cooling = [s for s in ordered if not s.disabled_reason]
             if cooling:
@@ -284,14 +295,20 @@ class ProviderManager:
                 attempts.append(f"{source.name}: skipped (cooling down {remaining:.0f}s after {source.last_kind})")
                 continue
             started = [False]
+            sent = request
+            if not source.vision:
+                if blind is None:
+                    stripped = without_images(request.messages)
+                    blind = request if stripped is None else dataclasses.replace(request, messages=stripped)
+                sent = blind
             try:
                 async with source.semaphore:
                     source.in_flight += 1
                     try:
                         if stream:
-                            response = await self._stream_one(source, request, on_chunk, started)
+                            response = await self._stream_one(source, sent, on_chunk, started)
                         else:
-                            response = await self._chat_one(source, request, on_chunk, started)
+                            response = await self._chat_one(source, sent, on_chunk, started)
                     finally:
                         source.in_flight -= 1
             except _ConsumerError as exc:
@@ -319,6 +336,8 @@ class ProviderManager:
                 continue
             self._record_success(source)
             response.source = source.name
+            if ordered[0] is not source:
+                response.fallback_from = ordered[0].name
             return response
         raise AllProvidersFailed(attempts)
 

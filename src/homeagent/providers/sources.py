@@ -29,7 +29,7 @@ DEEPSEEK_BASE_URL = "https://api.deepseek.com"
 DEEPSEEK_MODEL = "deepseek-chat"
 SOURCE_PREFIX = "core.llm.sources."
 FIELDS = ("base_url", "model", "api_key", "adapter", "adapter_path", "max_concurrent", "priority",
-          "context_window", "thinking_enabled")
+          "context_window", "thinking_enabled", "vision")
 
 
 def _text(value: Any) -> str:
@@ -129,6 +129,7 @@ def build_sources(
                 priority=_int(spec.get("priority"), 0, notes, f"'{name}' priority"),
                 context_window=_int(spec.get("context_window"), 0, notes, f"'{name}' context_window"),
                 thinking_enabled=_bool(spec.get("thinking_enabled")),
+                vision=_bool(spec.get("vision")),
             )
         )
 
@@ -140,7 +141,8 @@ def build_sources(
         make(
             "env",
             {"base_url": env_url, "api_key": env_key, "model": env_model,
-             "adapter": _text(env.get("HOMEAGENT_LLM_ADAPTER")) or "openai"},
+             "adapter": _text(env.get("HOMEAGENT_LLM_ADAPTER")) or "openai",
+             "vision": _text(env.get("HOMEAGENT_LLM_VISION"))},
             lambda field: f"HOMEAGENT_LLM_{field.upper()}",
         )
 

@@ -23,13 +23,14 @@ from __future__ import annotations
 import abc
 import builtins
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from homeagent.sdk.types import (
     ConfigDef,
     InjectOptions,
+    MediaBlock,
     Origin,
     OutputCap,
     Stage,
@@ -189,6 +190,11 @@ class DocMemoryAPI(Protocol):
     async def remove(self, doc_id: str) -> Any: ...
     async def stats(self) -> dict[str, Any]: ...
 
+    async def insert_with_media(self, doc: Any, attachments: Sequence[MediaBlock]) -> Any:
+        """Insert ``doc`` with media: blocks with bytes are kept in the media store, blocks with a digest refer to
+        stored ones; the core appends their markers to the content and references them from the document."""
+        ...
+
 
 @runtime_checkable
 class SocialReadAPI(Protocol):
@@ -318,6 +324,37 @@ class PluginSDK(abc.ABC):
     @abc.abstractmethod
     def inject_text_no_memory(self, source: str, channel: str, text: str) -> str:
         """Queue ``text`` as an input that is kept out of memory."""
+
+    # -- media (PluginSDK v1.1.1) -------------------------------------------------
+
+    def inject_input_media(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None,
+    ) -> str:
+        """Queue ``text`` with media (at most 10 blocks, each within ``core.memory.media.max_bytes``): the
+        images go to the model with this turn, are kept in the media store and referenced from the
+        conversation. Returns the input's id; bad blocks raise ``ValueError`` and nothing is queued."""
+        raise ServiceUnavailable("media input")
+
+    async def inject_input_media_sync(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None, timeout: float = 300.0,
+    ) -> dict[str, Any]:
+        """Like :meth:`inject_input_media`, and wait for the turn: its result (ok, text, error, …)."""
+        raise ServiceUnavailable("media input")
+
+    def inject_interrupt_media(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None,
+    ) -> str:
+        """An interrupt with media: cancels the LLM call in flight; the text and images reach its next call
+        (or start a turn when the agent is idle)."""
+        raise ServiceUnavailable("media input")
+
+    def set_tool_blocks(self, blocks: Sequence[MediaBlock]) -> None:
+        """From inside a tool handler only: media that reach the model with the next LLM call, after this
+        tool's result (a screenshot, a chart). Outside a tool call it raises ``RuntimeError``."""
+        raise ServiceUnavailable("tool media")
 
     # -- output channels -----------------------------------------------------------
 

@@ -33,6 +33,7 @@ import builtins
 import collections
 import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import itertools
 import logging
@@ -41,7 +42,7 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,7 @@ from homeagent.sdk.protocol import (
 from homeagent.sdk.types import (
     ConfigDef,
     InjectOptions,
+    MediaBlock,
     MemItem,
     OutputCap,
     Stage,
@@ -103,6 +105,9 @@ __all__ = [
 ]
 
 SYNC_TIMEOUT = 30.0
+
+TOOL_CALL: contextvars.ContextVar[str] = contextvars.ContextVar("tool_call", default="")
+"""The host's token for the tool call this task or thread is running (``set_tool_blocks`` names it)."""
 """Longest a synchronous SDK call waits for the host."""
 
 _log = logging.getLogger("homeagent.sdk.remote")
@@ -539,6 +544,10 @@ class RemoteDocs(_Remote, DocMemoryAPI):
     async def stats(self) -> dict[str, Any]:
         return dict(await self._e.acall("doc.stats", {}) or {})
 
+    async def insert_with_media(self, doc: Any, attachments: Sequence[MediaBlock]) -> Any:
+        return await self._e.acall("doc.insertWithMedia", {"doc": to_json(doc),
+                                                           "attachments": [b.to_json() for b in attachments]})
+
 
 class RemoteKnowledge(_Remote, KnowledgeAPI):
     async def search(self, query: str, top_k: int = 5) -> list[Any]:
@@ -746,6 +755,41 @@ class RemoteSDK(PluginSDK):
 
     def inject_text_no_memory(self, source: str, channel: str, text: str) -> str:
         return self._inject("io.injectTextNoMem", source, channel, text, None)
+
+    def _media_params(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], options: InjectOptions | None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"source": source, "channel": channel, "text": text,
+                                  "media": [b.to_json() for b in media]}
+        if options is not None:
+            params["options"] = to_json(options)
+        return params
+
+    def inject_input_media(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None,
+    ) -> str:
+        return str(self._e.call("io.injectMedia", self._media_params(source, channel, text, media, options))["id"])
+
+    async def inject_input_media_sync(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None, timeout: float = 300.0,
+    ) -> dict[str, Any]:
+        params = {**self._media_params(source, channel, text, media, options), "timeout": timeout}
+        return dict(await self._e.acall("io.injectMediaSync", params, timeout=timeout + 5.0))
+
+    def inject_interrupt_media(
+        self, source: str, channel: str, text: str, media: Sequence[MediaBlock], *,
+        options: InjectOptions | None = None,
+    ) -> str:
+        params = self._media_params(source, channel, text, media, options)
+        return str(self._e.call("io.injectInterruptMedia", params)["id"])
+
+    def set_tool_blocks(self, blocks: Sequence[MediaBlock]) -> None:
+        call = TOOL_CALL.get()
+        if not call:
+            raise RuntimeError("set_tool_blocks works only inside a tool handler, while its call runs")
+        self._e.call("io.setToolBlocks", {"call": call, "blocks": [b.to_json() for b in blocks]})
 
     async def inject_text_sync(
         self, source: str, channel: str, text: str, *, options: InjectOptions | None = None, timeout: float = 300.0

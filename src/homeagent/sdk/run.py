@@ -43,7 +43,7 @@ from typing import Any, NoReturn
 from homeagent import __version__
 from homeagent.sdk.api import Plugin, PluginFactory
 from homeagent.sdk.protocol import PROTOCOL_VERSION, ErrorCode, Request, RPCError
-from homeagent.sdk.remote import Endpoint, Handlers, RemoteEvent, RemoteSDK, changes_between, context_from
+from homeagent.sdk.remote import TOOL_CALL, Endpoint, Handlers, RemoteEvent, RemoteSDK, changes_between, context_from
 from homeagent.sdk.stageview import StageView  # the same permission checks as the host
 from homeagent.sdk.types import Stage
 
@@ -239,9 +239,14 @@ class PluginRuntime:
         is_async = self._async.get(handler)
         if is_async is None:
             is_async = self._async[handler] = _is_async(handler)
-        if is_async:
-            return await handler(args)
-        return await _maybe_await(await asyncio.to_thread(handler, args))
+        call = p.get("call")
+        token = TOOL_CALL.set(call if isinstance(call, str) else "")  # set_tool_blocks names this call
+        try:
+            if is_async:
+                return await handler(args)
+            return await _maybe_await(await asyncio.to_thread(handler, args))  # to_thread copies the context
+        finally:
+            TOOL_CALL.reset(token)
 
     async def _stage(self, p: dict[str, Any]) -> Any:
         hid = p.get("handler")

@@ -8,6 +8,8 @@ daemon's internals.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -184,6 +186,64 @@ class ConfigDef:
     @property
     def is_secret(self) -> bool:
         return self.secret or self.type == "password"
+
+
+@dataclass(frozen=True)
+class MediaBlock:
+    """One image (or other file) that goes with an input, a document or a tool result.
+
+    Either the bytes (``data``, kept in the media store on arrival) or the
+    ``digest`` of an item the store has already; plugins over RPC send bytes
+    as a data URL (:meth:`from_data_url`), as the original protocol decided.
+    ``mime`` is a claim only: the store reads the real type from the bytes.
+    ``description`` is what memory keeps when the bytes are gone.
+    """
+
+    mime: str = ""
+    data: bytes = b""
+    digest: str = ""
+    description: str = ""
+
+    @classmethod
+    def from_data_url(cls, url: str, *, description: str = "") -> MediaBlock:
+        """``data:<mime>;base64,<data>``; anything else is a ``ValueError`` saying what is wrong."""
+        head, sep, body = url.partition(",")
+        if not sep or not head.startswith("data:") or not head.endswith(";base64"):
+            raise ValueError("media must be a data URL: data:<mime>;base64,<data>")
+        try:
+            data = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("the data URL's base64 is not valid") from None
+        return cls(mime=head[5:-7].strip(), data=data, description=description)
+
+    def data_url(self) -> str:
+        return f"data:{self.mime or 'application/octet-stream'};base64,{base64.b64encode(self.data).decode()}"
+
+    def to_json(self) -> dict[str, str]:
+        """The wire form (RPC): ``{"data": <data URL>}`` or ``{"digest": ...}``, with ``description``."""
+        out = {"data": self.data_url()} if self.data else {"digest": self.digest, "mime": self.mime}
+        if self.description:
+            out["description"] = self.description
+        return out
+
+    @classmethod
+    def from_json(cls, value: Any) -> MediaBlock:
+        """The wire form back; a ``ValueError`` says what is wrong."""
+        if not isinstance(value, dict):
+            raise ValueError("a media block is an object with 'data' (a data URL) or 'digest'")
+        unknown = sorted(set(value) - {"data", "digest", "mime", "description"})
+        if unknown:
+            raise ValueError(f"unknown media block field(s): {', '.join(unknown)}")
+        description = value.get("description") or ""
+        if not isinstance(description, str):
+            raise ValueError("a media block's 'description' must be a string")
+        data, digest = value.get("data"), value.get("digest")
+        if isinstance(data, str) and data:
+            return cls.from_data_url(data, description=description)
+        if isinstance(digest, str) and digest.strip():
+            mime = value.get("mime") or ""
+            return cls(mime=mime if isinstance(mime, str) else "", digest=digest.strip(), description=description)
+        raise ValueError("a media block needs 'data' (a data URL) or 'digest'")
 
 
 @dataclass

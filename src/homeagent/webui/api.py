@@ -8,7 +8,9 @@ message.
 
 from __future__ import annotations
 
+import copy
 import difflib
+import json
 import logging
 import time
 from typing import Any
@@ -18,7 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 
 from homeagent.config import ConfigError, coerce
+from homeagent.config.defaults import SOURCE_PREFIX
+from homeagent.config.labels_zh import SOURCE_FIELDS_ZH, ZH
 from homeagent.config.values import base_type
+from homeagent.llm_control import EDITABLE_FIELDS
 from homeagent.sdk.types import ConfigDef
 from homeagent.webui.auth import CSRF_COOKIE, PLUGIN, SESSION_COOKIE, TOKEN_HASH_KEY
 from homeagent.webui.common import (
@@ -76,11 +81,40 @@ class CoreAPI:
                 "POST",
                 "/api/v1/llm/test",
                 self.llm_test,
-                "Send one tiny request to a source",
+                "Send one tiny request to a source (with base_url/model/... given: to that unsaved source)",
                 "llm",
-                body={"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}},
+                body={"type": "object", "required": ["name"], "properties": SOURCE_BODY},
             ),
-            Op("GET", "/api/v1/settings", self.settings, "Settings grouped by category (secrets masked)", "settings"),
+            Op("GET", "/api/v1/llm/presets", self.llm_presets, "Providers offered by the setup page", "llm"),
+            Op(
+                "POST",
+                "/api/v1/llm/sources",
+                self.llm_save,
+                "Add an LLM source or change one (a blank api_key keeps the stored key)",
+                "llm",
+                body={"type": "object", "required": ["name"], "properties": SOURCE_BODY},
+            ),
+            Op("DELETE", "/api/v1/llm/sources/{name}", self.llm_remove, "Remove a configured LLM source", "llm"),
+            Op(
+                "PUT",
+                "/api/v1/llm/order",
+                self.llm_order,
+                "Set the fallback order of the sources (the first becomes preferred)",
+                "llm",
+                body={
+                    "type": "object",
+                    "required": ["names"],
+                    "properties": {"names": {"type": "array", "items": {"type": "string"}}},
+                },
+            ),
+            Op(
+                "GET",
+                "/api/v1/settings",
+                self.settings,
+                "Settings grouped by category (secrets masked); lang=zh gives Chinese labels",
+                "settings",
+                query=("lang",),
+            ),
             Op(
                 "PUT",
                 "/api/v1/settings",
@@ -184,22 +218,56 @@ class CoreAPI:
             raise ApiError(400, str(exc)) from None
 
     async def llm_test(self, request: Request) -> Response:
-        name = field_str(await read_object(request), "name", max_len=200)
+        body = await read_object(request)
+        name = field_str(body, "name", max_len=200)
         try:
+            if any(body.get(f) is not None for f in EDITABLE_FIELDS):
+                return ok(await self.ctx.daemon.llm.test_spec(_source_fields(body)))
             return ok(await self.ctx.daemon.llm.test({"name": name}))
         except ValueError as exc:
+            raise ApiError(400, str(exc)) from None
+
+    async def llm_presets(self, request: Request) -> Response:
+        return ok(self.ctx.daemon.llm.presets())
+
+    async def llm_save(self, request: Request) -> Response:
+        body = await read_object(request)
+        try:
+            result = self.ctx.daemon.llm.save_source(_source_fields(body))
+        except (ValueError, ConfigError) as exc:
+            raise ApiError(400, str(exc)) from None
+        return ok(result, status=201 if result.get("created") else 200)
+
+    async def llm_remove(self, request: Request) -> Response:
+        name = str(request.path_params.get("name", ""))
+        try:
+            return ok(self.ctx.daemon.llm.remove_source({"name": name}))
+        except (ValueError, ConfigError) as exc:
+            raise ApiError(404, str(exc)) from None
+
+    async def llm_order(self, request: Request) -> Response:
+        body = await read_object(request)
+        try:
+            return ok(self.ctx.daemon.llm.reorder({"names": body.get("names")}))
+        except (ValueError, ConfigError) as exc:
             raise ApiError(400, str(exc)) from None
 
     # ------------------------------------------------------------ settings
     async def settings(self, request: Request) -> Response:
         config = self.ctx.config
+        zh = request.query_params.get("lang", "").lower().startswith("zh")
         groups: dict[str, list[dict[str, Any]]] = {}
         described: set[str] = set()
         for d in config.defs():
             described.add(d.key)
             if d.hidden or d.key in READ_ONLY:
                 continue
-            groups.setdefault(_category(d.key, d.category), []).append(self._describe(d))
+            item = self._describe(d)
+            if d.key in ENV_SECRET_KEYS:
+                item["value"] = mask_env(item["value"])
+            if zh:
+                _translate(item)
+            groups.setdefault(_category(d.key, d.category), []).append(item)
         for key, value in config.dump(mask_secrets=True).items():
             if key in described or key in READ_ONLY:
                 continue
@@ -266,6 +334,8 @@ class CoreAPI:
         writes: dict[str, Any] = {}
         for key, value in body.items():
             try:
+                if key in ENV_SECRET_KEYS:  # the masked env values this page was given go back as they were
+                    value = unmask_env(value, config.get(key))
                 checked = self._check_setting(key, value)
             except ValueError as exc:
                 errors[key] = str(exc)
@@ -325,6 +395,98 @@ class CoreAPI:
 
 
 _UNCHANGED: Any = object()
+SOURCE_BODY: dict[str, Any] = {
+    "name": {"type": "string"},
+    "adapter": {"type": "string"},
+    "base_url": {"type": "string"},
+    "model": {"type": "string"},
+    "api_key": {"type": "string"},
+    "context_window": {"type": "integer"},
+    "thinking_enabled": {"type": "boolean"},
+}
+
+
+def _source_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """The source form's fields, each a bounded string or a plain number/bool (a clear 400 otherwise)."""
+    out: dict[str, Any] = {"name": field_str(body, "name", max_len=200)}
+    for key in EDITABLE_FIELDS:
+        value = body.get(key)
+        if value is None:
+            continue
+        if isinstance(value, str):
+            out[key] = field_str(body, key, required=False, max_len=2000)
+        elif isinstance(value, bool | int) and key in ("context_window", "thinking_enabled"):
+            out[key] = value
+        else:
+            raise ApiError(400, f"{key}: expected text", field=key)
+    return out
+
+
+# settings whose JSON holds MCP servers: their env values (API keys) are shown masked, like secrets
+ENV_SECRET_KEYS = frozenset({"plugin.mcp.servers"})
+ENV_MASK = "••••••"
+
+
+def _server_specs(data: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(name, entry) of our list form or of a Claude Desktop ``mcpServers`` object; entries are not copies."""
+    if isinstance(data, dict):
+        inner = data.get("mcpServers", data)
+        return [(str(n), v) for n, v in inner.items() if isinstance(v, dict)] if isinstance(inner, dict) else []
+    if isinstance(data, list):
+        return [(str(v.get("name", "")), v) for v in data if isinstance(v, dict)]
+    return []
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return copy.deepcopy(value)
+
+
+def mask_env(value: Any) -> Any:
+    """``value`` with every server's env values replaced by a mask (in the same JSON text or structure)."""
+    data = _decoded(value)
+    if data is None:
+        return value
+    for _, spec in _server_specs(data):
+        if isinstance(spec.get("env"), dict):
+            spec["env"] = dict.fromkeys(spec["env"], ENV_MASK)
+    return json.dumps(data, ensure_ascii=False) if isinstance(value, str) else data
+
+
+def unmask_env(value: Any, stored: Any) -> Any:
+    """A masked env value sent back is the stored one of the same server and variable; ValueError if there is none."""
+    data = _decoded(value)
+    if data is None:
+        return value
+    known = {name: spec.get("env") for name, spec in _server_specs(_decoded(stored))}
+    for name, spec in _server_specs(data):
+        env = spec.get("env")
+        if not isinstance(env, dict):
+            continue
+        for var, text in env.items():
+            if text != ENV_MASK:
+                continue
+            before = known.get(name)
+            if not isinstance(before, dict) or var not in before:
+                raise ValueError(f"server {name!r}: type the value of {var} again (it was shown masked)")
+            env[var] = before[var]
+    return json.dumps(data, ensure_ascii=False) if isinstance(value, str) else data
+
+
+def _translate(item: dict[str, Any]) -> None:
+    """The Chinese label and help of a setting where there is one (the English stays otherwise)."""
+    key = str(item["key"])
+    found = ZH.get(key)
+    if found is None and key.startswith(SOURCE_PREFIX):
+        source, _, field = key[len(SOURCE_PREFIX):].rpartition(".")
+        label = SOURCE_FIELDS_ZH.get(field)
+        found = (f"{source}：{label[0]}", label[1]) if label else None
+    if found is not None:
+        item["display_name"], item["description"] = found
 
 
 def _category(key: str, category: str) -> str:

@@ -28,7 +28,7 @@ from starlette.types import Message, Receive
 
 from homeagent.io.manager import InputMessage, TurnResult
 from homeagent.memory.media import MediaError, marker
-from homeagent.sdk.types import InjectOptions
+from homeagent.sdk.types import InjectOptions, MediaBlock
 from homeagent.webui.common import ApiError, Op, WebContext, field_str, ok, principal_of, query_int, read_object
 from homeagent.webui.sse import SSE_HEADERS, FrameQueue, frame_stream, sse
 
@@ -138,6 +138,9 @@ class ChatAPI:
             "properties": {
                 "text": {"type": "string", "description": "the message"},
                 "client_msg_id": {"type": "string", "description": "makes the send idempotent for this client"},
+                "media": {"type": "array", "items": {"type": "string"}, "maxItems": 10,
+                          "description": "digests of uploads kept in the media store (POST /api/v1/chat/file "
+                          "with inject=false): they go with the message, images as images"},
             },
         }
         return [
@@ -199,10 +202,27 @@ class ChatAPI:
         ]
 
     # ------------------------------------------------------------ send
-    def _message(self, text: str, *, sink: Any = None) -> tuple[InputMessage, asyncio.Future[TurnResult]]:
+    def _message(
+        self, text: str, *, sink: Any = None, media: list[MediaBlock] | None = None
+    ) -> tuple[InputMessage, asyncio.Future[TurnResult]]:
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
-        message = InputMessage(text, SOURCE, CHANNEL, InjectOptions(), sink=sink, reply=future)
+        message = InputMessage(text, SOURCE, CHANNEL, InjectOptions(), sink=sink, reply=future, media=media or [])
         return message, future
+
+    async def _media_field(self, body: dict[str, Any]) -> list[MediaBlock]:
+        """``media``: digests of uploads kept in the media store, sent to the model with this message."""
+        raw = body.get("media")
+        if raw is None or raw == []:
+            return []
+        if not isinstance(raw, list) or not all(isinstance(d, str) for d in raw) or len(raw) > 10:
+            raise ApiError(400, "'media' must be a list of at most 10 digests of uploaded files")
+        if self.ctx.media is None:
+            raise ApiError(409, "the media store is off (core.memory.media.enabled); send the upload's note instead")
+        try:
+            infos = [await self.ctx.media.ainfo(d) for d in dict.fromkeys(raw)]
+        except (MediaError, ValueError) as exc:
+            raise ApiError(400, f"media: {exc}") from None
+        return [MediaBlock(mime=i.mime, digest=i.digest, description=i.description) for i in infos]
 
     async def _wait(self, future: asyncio.Future[TurnResult], input_id: str) -> Response:
         try:
@@ -217,11 +237,12 @@ class ChatAPI:
         body = await read_object(request)
         text = field_str(body, "text", max_len=MAX_TEXT)
         msg_id = field_str(body, "client_msg_id", required=False, max_len=200)
+        media = await self._media_field(body)
         client = principal_of(request).key
         existing = self.dedupe.get(client, msg_id)
         if existing is not None:
             return await self._wait(existing, "")
-        message, future = self._message(text)
+        message, future = self._message(text, media=media)
         self.ctx.turns.claim(client, future)
         self.dedupe.put(client, msg_id, future)
         self.io.inject(message)
@@ -231,6 +252,7 @@ class ChatAPI:
         body = await read_object(request)
         text = field_str(body, "text", max_len=MAX_TEXT)
         msg_id = field_str(body, "client_msg_id", required=False, max_len=200)
+        media = await self._media_field(body)
         client = principal_of(request).key
         if self.ctx.streams.full():
             raise ApiError(503, "too many open streams; try again shortly")
@@ -238,7 +260,7 @@ class ChatAPI:
         if existing is not None:
             return StreamingResponse(self._replay(existing), media_type="text/event-stream", headers=SSE_HEADERS)
         queue = FrameQueue()
-        message, future = self._message(text, sink=queue.sink)
+        message, future = self._message(text, sink=queue.sink, media=media)
         self.ctx.turns.claim(client, future)
         queue.put({"type": "accepted", "id": message.id})
         self.dedupe.put(client, msg_id, future)
@@ -322,7 +344,9 @@ class ChatAPI:
         if not inject:
             return ok({"files": saved, "note": notes})
         text = f"{message.strip()}\n\n{notes}" if message.strip() else notes
-        chat_message, future = self._message(text)
+        blocks = [MediaBlock(mime=f["media"]["mime"], digest=f["media"]["digest"], description=f["media"]["description"])
+                  for f in saved if f["media"] is not None]
+        chat_message, future = self._message(text, media=blocks)
         try:
             self.ctx.turns.claim(client, future)
         except ApiError as exc:  # the files are kept: say where, so a retry can refer to them
@@ -345,12 +369,11 @@ class ChatAPI:
         dest = directory / name
         size = await asyncio.to_thread(_copy, upload.file, dest)
         content_type = (upload.content_type or "application/octet-stream").split(";")[0].strip()[:100]
-        kind = "图片" if content_type.startswith("image/") else "文件"
-        note = f"[用户通过 webui 发送了{kind}: {original} ({_human(size)})]\n文件已保存到: {dest}"
+        # what the model reads, in English whatever the UI's language; a file kept in the media store also goes
+        # with the message as media (its marker line and, for an image, the image itself: agent/media_input.py)
+        note = f"[file uploaded in the web UI: {original} ({_human(size)}), saved at {dest}]"
         log.info("upload saved: %s (%d bytes)", name, size)
         media = await self._keep_media(dest, content_type, original)
-        if media is not None:
-            note += "\n" + media["marker"]
         return {
             "media": media,
             "name": original,

@@ -207,9 +207,10 @@ class ManageAPI:
                 "POST",
                 "/api/v1/plugins",
                 self.plugin_install,
-                "Install a .hmap package (multipart field 'file')",
+                "Install a .hmap or .zip package (multipart field 'file'), or JSON {\"path\": folder or file here}",
                 "plugins",
                 form={"type": "object", "properties": {"file": {"type": "string", "format": "binary"}}},
+                body={"type": "object", "required": ["path"], "properties": {"path": {"type": "string"}}},
             ),
             Op("GET", "/api/v1/plugins/{name}", self.plugin_info, "One plugin's details", "plugins"),
             Op("DELETE", "/api/v1/plugins/{name}", self.plugin_remove, "Remove a plugin", "plugins"),
@@ -327,12 +328,19 @@ class ManageAPI:
         registry = self._plugins()
         cap = self.ctx.config.get_int("plugin.webui.max_upload_mb", 64) * 1024 * 1024
         upgrade = request.query_params.get("upgrade", "") in ("1", "true", "yes")
-        staging = self.ctx.uploads_dir / ".plugins"
+        extra = {"upgrade": True} if upgrade else {}
+        if request.headers.get("content-type", "").startswith("application/json"):
+            return await self._install_path(request, registry, extra)
+        staging = self.ctx.uploads_dir / ".plugins" / secrets.token_hex(12)
         await asyncio.to_thread(staging.mkdir, mode=0o700, parents=True, exist_ok=True)
-        path = staging / f"{secrets.token_hex(12)}.hmap"
+        path = staging / "upload.hmap"
         try:
-            await self._receive_package(request, path, cap)
-            extra = {"upgrade": True} if upgrade else {}
+            filename = await self._receive_package(request, path, cap)
+            stem = re.sub(r"[^A-Za-z0-9_-]+", "-", Path(filename).stem).strip("-_")[:64]
+            if stem:  # a zip holding only a SKILL.md without a name is named after the uploaded file
+                named = staging / f"{stem}.hmap"
+                await asyncio.to_thread(path.rename, named)
+                path = named
             errors: tuple[type[Exception], ...] = (*_plugin_errors(), OSError)
             try:
                 result = await call(
@@ -347,11 +355,26 @@ class ManageAPI:
                 raise ApiError(400, f"cannot install: {exc}") from None
         finally:
             with contextlib.suppress(OSError):
-                await asyncio.to_thread(path.unlink)
+                await asyncio.to_thread(shutil.rmtree, staging)
         log.info("web UI installed a plugin package")
         return ok({"ok": True, "installed": result}, status=201)
 
-    async def _receive_package(self, request: Request, dest: Path, cap: int) -> None:
+    async def _install_path(self, request: Request, registry: Any, extra: dict[str, Any]) -> Response:
+        """Install from a folder, .hmap or .zip on the daemon's machine (the owner's own files)."""
+        body = await read_object(request)
+        source = field_str(body, "path", max_len=4096).strip()
+        if not (source.startswith("/") or source.startswith("~/")):
+            raise ApiError(400, "give the full path of a plugin folder, .hmap or .zip on this machine", field="path")
+        errors: tuple[type[Exception], ...] = (*_plugin_errors(), OSError)
+        try:
+            result = await call(registry, "plugins", ("install",), source, sync_in_thread=False, **extra)
+        except errors as exc:
+            raise ApiError(400, f"cannot install: {exc}") from None
+        log.info("web UI installed a plugin from %s", source)
+        return ok({"ok": True, "installed": result}, status=201)
+
+    async def _receive_package(self, request: Request, dest: Path, cap: int) -> str:
+        """Write the uploaded package to ``dest``; returns the file name the browser gave (or "")."""
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > cap + 1024 * 1024:
             raise ApiError(413, f"package too large (limit {cap // (1024 * 1024)} MB)")
@@ -374,9 +397,9 @@ class ManageAPI:
                         shutil.copyfileobj(upload.file, out, 1024 * 1024)
 
                 await asyncio.to_thread(copy)
+                return str(upload.filename or "")
             finally:
                 await form.close()
-            return
         size = 0
         chunks: list[bytes] = []
         async for chunk in request.stream():
@@ -387,6 +410,7 @@ class ManageAPI:
         if not size:
             raise ApiError(400, "send the .hmap package as multipart field 'file' or as the request body")
         await asyncio.to_thread(dest.write_bytes, b"".join(chunks))
+        return ""
 
     # ------------------------------------------------------------ memory
     async def memory_stats(self, request: Request) -> Response:

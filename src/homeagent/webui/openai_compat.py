@@ -22,7 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from homeagent.io.manager import InputMessage, TurnResult
-from homeagent.sdk.types import InjectOptions
+from homeagent.memory.media.inputs import check_blocks
+from homeagent.sdk.types import InjectOptions, MediaBlock
 from homeagent.webui.common import ApiError, Op, WebContext, ok, principal_of, read_object
 from homeagent.webui.sse import SSE_HEADERS, FrameQueue
 
@@ -47,6 +48,36 @@ def last_user_text(messages: Any) -> str:
             return "\n".join(parts)
         raise ApiError(400, "the user message has no text content", type="invalid_request_error", param="messages")
     raise ApiError(400, "'messages' has no user message", type="invalid_request_error", param="messages")
+
+
+def last_user_media(messages: list[Any], max_bytes: int) -> list[MediaBlock]:
+    """The images of the last user message (``image_url`` parts with data URLs): they go with the turn.
+
+    Only data URLs: the daemon fetches nothing a request names (an ``http``
+    image would make it a proxy into the owner's network), so one is refused
+    with a clear 400, as is a malformed one; nothing is queued then.
+    """
+    message = next(m for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user")
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    blocks: list[MediaBlock] = []
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") != "image_url":
+            continue
+        image = part.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        if not isinstance(url, str) or not url.startswith("data:"):
+            raise ApiError(400, "image_url must be a data: URL here (HomeAgent does not fetch images by URL)",
+                           type="invalid_request_error", param="messages")
+        try:
+            blocks.append(MediaBlock.from_data_url(url))
+        except ValueError as exc:
+            raise ApiError(400, f"image_url: {exc}", type="invalid_request_error", param="messages") from None
+    try:
+        return check_blocks(blocks, max_bytes)
+    except ValueError as exc:
+        raise ApiError(400, f"images: {exc}", type="invalid_request_error", param="messages") from None
 
 
 def _usage(usage: dict[str, Any]) -> dict[str, int]:
@@ -95,6 +126,7 @@ class OpenAICompat:
     async def completions(self, request: Request) -> Response:
         body = await read_object(request)
         text = last_user_text(body.get("messages"))
+        media = last_user_media(body["messages"], self.ctx.config.get_int("core.memory.media.max_bytes", 20 << 20))
         model = str(body.get("model") or MODEL)[:100]
         stream = bool(body.get("stream", False))
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
@@ -103,7 +135,7 @@ class OpenAICompat:
         client = principal_of(request).key
         if not stream:
             self.ctx.turns.claim(client, future)
-            self.ctx.daemon.io.inject(InputMessage(text, SOURCE, CHANNEL, options, reply=future))
+            self.ctx.daemon.io.inject(InputMessage(text, SOURCE, CHANNEL, options, reply=future, media=media))
             timeout = self.ctx.config.get_duration("plugin.webui.chat_timeout", 300.0)
             try:
                 result = await asyncio.wait_for(asyncio.shield(future), timeout)
@@ -135,7 +167,8 @@ class OpenAICompat:
             raise ApiError(503, "too many open streams; try again shortly")
         self.ctx.turns.claim(client, future)
         queue = FrameQueue()
-        self.ctx.daemon.io.inject(InputMessage(text, SOURCE, CHANNEL, options, sink=queue.sink, reply=future))
+        self.ctx.daemon.io.inject(InputMessage(text, SOURCE, CHANNEL, options, sink=queue.sink, reply=future,
+                                               media=media))
         return StreamingResponse(
             self._chunks(queue, completion_id, model), media_type="text/event-stream", headers=SSE_HEADERS
         )

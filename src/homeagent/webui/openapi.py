@@ -59,10 +59,13 @@ def build_openapi(ops: list[Op]) -> dict[str, Any]:
             operation["security"] = []
         if params:
             operation["parameters"] = params
+        content: dict[str, Any] = {}
         if op.body is not None:
-            operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": op.body}}}
-        elif op.form is not None:
-            operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": op.form}}}
+            content["application/json"] = {"schema": op.body}
+        if op.form is not None:
+            content["multipart/form-data"] = {"schema": op.form}
+        if content:
+            operation["requestBody"] = {"required": True, "content": content}
         paths.setdefault(path, {})[op.method.lower()] = operation
     return {
         "openapi": "3.1.0",

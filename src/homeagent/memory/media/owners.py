@@ -9,8 +9,9 @@ the relations a sentence fed. Before each GC pass the references older than
 dropped, and the bytes become unreferenced, then evictable after another
 ``gc_min_age``. Only what can be checked is dropped: a document that is in
 neither the document store nor the conversation window, a sentence that no
-relation (current or retired) comes from. ``context`` references are kept:
-nothing adds them yet. The descriptions stay in the text, as ever.
+relation (current or retired) comes from, an input event (``context``: the
+media of a turn) that left the window, by pruning into the document store or
+by clearing. The descriptions stay in the text, as ever.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class MediaOwners:
             return before | stored | self._in_window(ids)
         if owner_kind == "graph_sentence":
             return await self.graph.live_sentences(ids)
+        if owner_kind == "context":  # an input's media, referenced by its event while that is in the window
+            return set(ids) & {str(e.id) for e in self.window.timeline()}
         return set(ids)
 
 

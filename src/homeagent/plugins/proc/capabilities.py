@@ -50,7 +50,8 @@ _ALIASES: Mapping[str, tuple[str, ...]] = MappingProxyType({"memory": ("memory.r
 
 _BY_CAPABILITY: dict[str, tuple[str, ...]] = {
     "stages": ("stage.register", "stage.unregister"),
-    "io.inject": ("io.injectText", "io.injectInterrupt", "io.injectTextNoMem", "io.injectInputSync"),
+    "io.inject": ("io.injectText", "io.injectInterrupt", "io.injectTextNoMem", "io.injectInputSync",
+                  "io.injectMedia", "io.injectMediaSync", "io.injectInterruptMedia"),
     "memory.read": (
         "memory.recall",
         "memory.introspect",
@@ -70,6 +71,7 @@ _BY_CAPABILITY: dict[str, tuple[str, ...]] = {
         "memory.purge",
         "doc.insert",
         "doc.remove",
+        "doc.insertWithMedia",
         "knowledge.add",
         "textmemory.append",
     ),
@@ -98,6 +100,7 @@ _FREE = (
     "cleaner.unregister",
     "lifecycle.autoRestart",
     "lifecycle.status",
+    "io.setToolBlocks",  # media for a running call of the plugin's own tool
     "settings.get",
     "settings.set",
     "settings.delete",
@@ -122,11 +125,6 @@ UNSUPPORTED: Mapping[str, str] = MappingProxyType(
         "arena.alloc": "there is no shared-memory arena: large payloads are ordinary frames",
         "arena.free": "there is no shared-memory arena: large payloads are ordinary frames",
         "api.register": "this host has no plugin HTTP API routes",
-        "io.injectMedia": "media inputs are not supported by this host yet",
-        "io.injectMediaSync": "media inputs are not supported by this host yet",
-        "io.injectInterruptMedia": "media inputs are not supported by this host yet",
-        "io.setToolBlocks": "media tool results are not supported by this host yet",
-        "doc.insertWithMedia": "media documents are not supported by this host yet",
     }
 )
 """Methods of the original protocol this host answers with an explanation instead of 'not found'."""

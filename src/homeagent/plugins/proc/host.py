@@ -28,11 +28,14 @@ import dataclasses
 import inspect
 import json
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from homeagent.agent.media_input import TOOL_BLOCKS
+from homeagent.memory.media.inputs import MAX_BLOCKS
 from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, Connection, ConnectionStats, Pipes, PluginGone
 from homeagent.plugins.proc.stagewire import SNAPSHOT_FIELDS, StageChangeError, apply_changes, snapshot
@@ -40,7 +43,7 @@ from homeagent.ratelimit import TokenBucket
 from homeagent.sdk.api import PluginSDK, ServiceUnavailable, SocialReadAPI, Unregister
 from homeagent.sdk.protocol import MAX_FRAME, ErrorCode, Request, RPCError, to_json
 from homeagent.sdk.stageview import StagePermissionError, parse_stage, writable_fields
-from homeagent.sdk.types import ConfigDef, InjectOptions, OutputCap, StageContext, ToolDef
+from homeagent.sdk.types import ConfigDef, InjectOptions, MediaBlock, OutputCap, StageContext, ToolDef
 
 if TYPE_CHECKING:
     from homeagent.events import Event
@@ -121,6 +124,17 @@ def _ls(p: Mapping[str, Any], key: str, default: Any = _MISSING) -> Any:
     return value
 
 
+def _blocks(p: Mapping[str, Any], key: str) -> list[MediaBlock]:
+    """Media blocks in their wire form (``{"data": <data URL>}`` or ``{"digest": ...}``), at most ``MAX_BLOCKS``."""
+    raw = _get(p, key, list, "an array of media blocks", _MISSING)
+    if len(raw) > MAX_BLOCKS:
+        raise RPCError(ErrorCode.INVALID_PARAMS, f"params.{key}: at most {MAX_BLOCKS} media blocks", {"param": key})
+    try:
+        return [MediaBlock.from_json(b) for b in raw]
+    except ValueError as e:
+        raise RPCError(ErrorCode.INVALID_PARAMS, f"params.{key}: {e}", {"param": key}) from None
+
+
 def _options(p: Mapping[str, Any]) -> InjectOptions | None:
     raw = _d(p, "options", None)
     if raw is None:
@@ -196,6 +210,7 @@ class HostSession:
         self._plugins = plugins
         self._detach = detach or _own_task
         self._registrations: dict[tuple[str, str], Unregister] = {}
+        self._tool_calls: dict[str, list[MediaBlock]] = {}  # running tool calls' media sinks, by their token
         self._cleaned: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._bucket = TokenBucket(self.options.inject_rate, self.options.inject_burst)
         self._log_bucket = TokenBucket(self.options.log_rate, self.options.log_burst)
@@ -232,6 +247,13 @@ class HostSession:
             "io.injectInterrupt": lambda p: self._inject("interrupt", p),
             "io.injectTextNoMem": lambda p: self._inject("no_memory", p),
             "io.injectInputSync": self._inject_sync,
+            "io.injectMedia": lambda p: self._inject_media("text", p),
+            "io.injectInterruptMedia": lambda p: self._inject_media("interrupt", p),
+            "io.injectMediaSync": self._inject_media_sync,
+            "io.setToolBlocks": self._set_tool_blocks,
+            "doc.insertWithMedia": lambda p: self._sdk.doc_memory.insert_with_media(
+                _get(p, "doc", (dict, str), "an object", _MISSING), _blocks(p, "attachments")
+            ),
             "memory.recall": lambda p: self._sdk.memory.recall(_ls(p, "keywords"), _i(p, "depth", 2)),
             "memory.commit": lambda p: self._sdk.memory.commit(list(_get(p, "triples", list, "an array", _MISSING))),
             "memory.introspect": lambda p: self._sdk.memory.introspect(),
@@ -420,14 +442,22 @@ class HostSession:
 
     def _tool_proxy(self, name: str, timeout: float, clean: bool) -> Callable[[dict[str, Any]], Awaitable[Any]]:
         async def invoke(args: dict[str, Any]) -> Any:
+            params: dict[str, Any] = {"name": name, "args": args}
+            sink = TOOL_BLOCKS.get()  # the turn's place for this call's media (set_tool_blocks)
+            if sink is not None:
+                params["call"] = call = secrets.token_hex(8)
+                self._tool_calls[call] = sink
             try:
-                result = await self.call("tool.invoke", {"name": name, "args": args}, timeout=timeout)
+                result = await self.call("tool.invoke", params, timeout=timeout)
             except PluginGone as e:
                 return _tool_error(f"{name}: plugin {self.name!r} is not running ({e})")
             except CallTimeout:
                 return _tool_error(f"{name}: plugin {self.name!r} did not answer within {timeout:g}s")
             except RPCError as e:
                 return _tool_error(f"{name} failed: {e.message}")
+            finally:
+                if sink is not None:
+                    self._tool_calls.pop(params["call"], None)
             if clean and not (isinstance(result, dict) and result.get("isError")):
                 await self._precompute_clean(name, result)
             return result
@@ -580,6 +610,40 @@ class HostSession:
         else:
             ident = sdk.inject_text_no_memory(source, channel, text)
         return {"id": ident}
+
+    def _inject_media(self, mode: str, p: dict[str, Any]) -> dict[str, Any]:
+        media = _blocks(p, "media")  # checked before the rate limit takes a token
+        if not self._bucket.take():
+            raise RPCError(ErrorCode.BUSY, f"io rate limit: at most {self.options.inject_rate:g} inputs per second")
+        source, channel, text = _s(p, "source", ""), _s(p, "channel", ""), _s(p, "text", "")
+        if mode == "text":
+            return {"id": self._sdk.inject_input_media(source, channel, text, media, options=_options(p))}
+        return {"id": self._sdk.inject_interrupt_media(source, channel, text, media, options=_options(p))}
+
+    async def _inject_media_sync(self, p: dict[str, Any]) -> Any:
+        media = _blocks(p, "media")
+        if not self._bucket.take():
+            raise RPCError(ErrorCode.BUSY, f"io rate limit: at most {self.options.inject_rate:g} inputs per second")
+        timeout = min(_n(p, "timeout", self.options.inject_sync_timeout), self.options.inject_sync_timeout)
+        return await self._sdk.inject_input_media_sync(
+            _s(p, "source", "") or self.name, _s(p, "channel", "") or self.name, _s(p, "text", ""), media,
+            options=_options(p), timeout=timeout,
+        )
+
+    def _set_tool_blocks(self, p: dict[str, Any]) -> dict[str, Any]:
+        """Media for a call of one of this plugin's tools that is still running (named by the token the host
+        sent with ``tool.invoke``): a plugin cannot attach media to anyone else's call."""
+        sink = self._tool_calls.get(_s(p, "call"))
+        if sink is None:
+            raise ValueError("io.setToolBlocks: no tool call of this plugin with that token is running "
+                             "(call it from inside the tool handler, before it returns)")
+        blocks = _blocks(p, "blocks")
+        token = TOOL_BLOCKS.set(sink)
+        try:
+            self._sdk.set_tool_blocks(blocks)
+        finally:
+            TOOL_BLOCKS.reset(token)
+        return {"blocks": len(sink)}
 
     async def _inject_sync(self, p: dict[str, Any]) -> Any:
         if not self._bucket.take():

@@ -15,6 +15,9 @@ local function user_parts(content)
     if type(p) == "table" and p.type == "image_url" and type(p.image_url) == "table" then
       local media, data = tostring(p.image_url.url or ""):match("^data:([^;]+);base64,(.*)$")
       if media then parts[#parts + 1] = { inlineData = { mimeType = media, data = data } } end
+    elseif type(p) == "table" and p.type == "input_audio" and type(p.input_audio) == "table" then
+      local fmt = tostring(p.input_audio.format or "wav")
+      parts[#parts + 1] = { inlineData = { mimeType = "audio/" .. fmt, data = tostring(p.input_audio.data or "") } }
     else
       local t = type(p) == "table" and p.text or p
       if type(t) == "string" then parts[#parts + 1] = { text = t } end

@@ -13,6 +13,9 @@ const VIEWS = {
   knowledge: () => import("./views/knowledge.js"),
   adapters: () => import("./views/adapters.js"),
   approvals: () => import("./views/approvals.js"),
+  setup: () => import("./views/setup.js"),
+  mcp: () => import("./views/mcp.js"),
+  skills: () => import("./views/skills.js"),
 };
 
 let unmount = null;
@@ -49,13 +52,25 @@ async function refreshStatus() {
       ` ${s.llm_source || "?"} · ${agent.busy ? t("overview.busy") : t("overview.idle")} · ${fmtDuration(s.uptime_s || 0)}`,
     );
   } catch {
-    clear(line).append(h("span", { class: "dot down" }), " offline");
+    clear(line).append(h("span", { class: "dot down" }), ` ${t("common.offline")}`);
   }
+}
+
+// With no LLM configured, the first page shown is the setup page (unless a page was asked for by its link).
+async function firstRun() {
+  if (location.hash && location.hash !== "#/") return;
+  try {
+    const data = await api("GET", "/api/v1/llm/presets");
+    if (!data.configured && !sessionStorage.getItem("ha-setup-seen")) {
+      sessionStorage.setItem("ha-setup-seen", "1");
+      history.replaceState(null, "", "#/setup");
+    }
+  } catch { /* an older daemon: no setup page */ }
 }
 
 function start() {
   applyTheme();
-  setLang(currentLang());
+  setLang(currentLang(), { remember: false });  // the browser's language until the user picks one
   document.getElementById("theme-toggle").addEventListener("click", () => toggleTheme());
   document.getElementById("lang-toggle").addEventListener("click", () => {
     setLang(currentLang() === "zh" ? "en" : "zh");
@@ -63,7 +78,7 @@ function start() {
   });
   document.getElementById("logout").addEventListener("click", () => logout());
   window.addEventListener("hashchange", route);
-  route();
+  firstRun().then(route);
   refreshStatus();
   setInterval(refreshStatus, 10000);
 }

@@ -32,7 +32,7 @@ export function clear(el) {
 export function fmtTime(ts) {
   if (!ts) return "";
   const d = new Date(ts * 1000);
-  return d.toLocaleString();
+  return d.toLocaleString(document.documentElement.lang || undefined);  // in the page's language, not the OS's
 }
 
 export function fmtDuration(seconds) {

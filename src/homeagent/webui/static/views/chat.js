@@ -89,6 +89,9 @@ class AssistantMessage {
     this.reasoningBox.open = false;
     const usage = frame.usage || {};
     clear(this.meta).append([frame.source, usage.total ? `${usage.total} tokens` : ""].filter(Boolean).join(" · "));
+    if (frame.fallback_from) {
+      this.el.append(h("div", { class: "notice fallback-note" }, t("chat.fallback", { source: frame.source, from: frame.fallback_from })));
+    }
     this.el.classList.add(frame.ok === false && !frame.interrupted ? "failed" : "done");
   }
 }
@@ -142,7 +145,7 @@ export async function mount(root) {
   });
 
   async function uploadNotes() {
-    if (!files.length) return "";
+    if (!files.length) return { note: "", media: [] };
     const form = new FormData();
     for (const f of files) form.append("file", f, f.name);
     form.append("inject", "false");
@@ -151,7 +154,9 @@ export async function mount(root) {
     files = [];
     fileInput.value = "";
     attached.textContent = "";
-    return res.note || "";
+    // files kept in the media store go with the message as media: images reach the model as images
+    const media = (res.files || []).filter((f) => f.media).map((f) => f.media.digest);
+    return { note: res.note || "", media };
   }
 
   async function submit() {
@@ -166,7 +171,8 @@ export async function mount(root) {
     }
     if (!text && !files.length) return;
     let notes = "";
-    try { notes = await uploadNotes(); } catch (err) { toast(String(err.message || err), "error"); return; }
+    let media = [];
+    try { ({ note: notes, media } = await uploadNotes()); } catch (err) { toast(String(err.message || err), "error"); return; }
     input.value = "";
     for (const el of list.querySelectorAll(".empty")) el.remove();
     userMessage(list, text || files.map((f) => f.name).join(", "));
@@ -175,7 +181,9 @@ export async function mount(root) {
     scroll();
     setBusy(true);
     try {
-      await postStream("/api/v1/chat/stream", { text, client_msg_id: newId() }, async (frame) => {
+      const body = { text, client_msg_id: newId() };
+      if (media.length) body.media = media;
+      await postStream("/api/v1/chat/stream", body, async (frame) => {
         await reply.frame(frame);
         scroll();
       }, controller.signal);

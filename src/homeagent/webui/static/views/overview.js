@@ -34,7 +34,7 @@ export async function mount(root) {
       const src = await api("GET", "/api/v1/llm/sources");
       const rows = (src.sources || []).map((x) => h("tr", {},
         h("td", {}, x.name, x.name === src.current ? h("span", { class: "badge ok" }, t("overview.current")) : null),
-        h("td", {}, x.adapter || ""), h("td", {}, x.model || ""), h("td", {}, x.state || x.status || ""),
+        h("td", {}, x.adapter || ""), h("td", {}, x.model || ""), h("td", {}, t(`setup.state.${x.state}`) === `setup.state.${x.state}` ? (x.state || "") : t(`setup.state.${x.state}`)),
         h("td", {}, x.name === src.current ? null : h("button", { class: "small", onclick: async () => {
           try { await api("POST", "/api/v1/llm/use", { name: x.name }); load(); } catch (err) { toast(err.message, "error"); }
         } }, t("overview.use")))));

@@ -38,23 +38,25 @@ export async function mount(root) {
     const rows = plugins.map((p) => {
       const name = field(p, "name");
       const enabled = !(p.disabled === true || p.enabled === false);
-      const health = field(p, "health", "status", "state");
-      const healthText = typeof health === "object" ? pretty(health) : String(health);
+      const state = String(field(p, "state", "status"));
+      const stateText = t(`state.${state}`) === `state.${state}` ? state : t(`state.${state}`);
+      const details = p.health && typeof p.health === "object" ? p.health : null;
       return h("tr", { dataset: { plugin: name } },
         h("td", {}, h("b", {}, name), h("div", { class: "muted small" }, field(p, "description"))),
         h("td", {}, String(field(p, "version"))),
         h("td", {}, String(field(p, "kind", "type"))),
-        h("td", {}, h("span", { class: `badge ${/ok|running|healthy|started/i.test(healthText) ? "ok" : /fail|error|crash/i.test(healthText) ? "error" : ""}` }, healthText || "—"),
-          p.error ? h("div", { class: "error small" }, String(p.error)) : null),
+        h("td", {}, h("span", { class: `badge ${/^(running|ok)$/.test(state) ? "ok" : /fail|error|crash/i.test(state) ? "error" : ""}` }, stateText || "—"),
+          p.error ? h("div", { class: "error small wrap" }, String(p.error)) : null,
+          details ? h("details", { class: "small" }, h("summary", {}, t("plugins.details")), h("pre", {}, pretty(details))) : null),
         h("td", { class: "actions" },
           enabled ? h("button", { class: "small", onclick: () => act(name, "disable") }, t("plugins.disable"))
             : h("button", { class: "small", onclick: () => act(name, "enable") }, t("plugins.enable")),
           h("button", { class: "small", onclick: () => act(name, "reload") }, t("plugins.reload")),
           p.builtin ? null : h("button", { class: "small danger", onclick: () => act(name, "remove") }, t("plugins.remove"))));
     });
-    clear(body).append(h("table", { class: "table" },
+    clear(body).append(h("div", { class: "table-wrap" }, h("table", { class: "table plugins-table" },
       h("thead", {}, h("tr", {}, ...["plugins.name", "plugins.version", "plugins.kind", "plugins.health", ""].map((k) => h("th", {}, k ? t(k) : "")))),
-      h("tbody", {}, rows)));
+      h("tbody", {}, rows))));
   }
 
   install.addEventListener("click", async () => {

@@ -2,7 +2,7 @@
 // are sent; the daemon checks all of them before writing any, and each bad field shows its error.
 import { ApiError, api } from "../api.js";
 import { clear, h, toast } from "../dom.js";
-import { t } from "../i18n.js";
+import { currentLang, t } from "../i18n.js";
 
 function control(s, onChange) {
   const common = { id: `setting-${s.key}`, dataset: { key: s.key }, class: "setting-input" };
@@ -43,7 +43,8 @@ export async function mount(root) {
   const filter = h("input", { type: "search", id: "settings-filter", "data-i18n-placeholder": "settings.filter" });
   const saveBtn = h("button", { class: "primary", id: "settings-save" }, t("settings.save"));
   const body = h("div", { class: "settings" });
-  root.append(h("div", { class: "toolbar sticky" }, h("h1", {}, t("nav.settings")), filter, saveBtn, status), body);
+  const empty = h("p", { class: "muted", id: "settings-empty", hidden: true }, t("settings.no_match"));
+  root.append(h("div", { class: "toolbar sticky" }, h("h1", {}, t("nav.settings")), filter, saveBtn, status), empty, body);
 
   let changes = {};
   const errorSlots = {};
@@ -51,7 +52,7 @@ export async function mount(root) {
   async function load() {
     changes = {};
     clear(body);
-    const data = await api("GET", "/api/v1/settings");
+    const data = await api("GET", `/api/v1/settings?lang=${currentLang()}`);
     for (const cat of data.categories) {
       const section = h("details", { class: "card settings-group", open: true, dataset: { category: cat.name } },
         h("summary", {}, h("h2", {}, t(`cat.${cat.name}`) === `cat.${cat.name}` ? cat.name : t(`cat.${cat.name}`))));
@@ -69,6 +70,7 @@ export async function mount(root) {
       }
       body.append(section);
     }
+    applyFilter();
   }
 
   saveBtn.addEventListener("click", async () => {
@@ -92,10 +94,17 @@ export async function mount(root) {
     }
   });
 
-  filter.addEventListener("input", () => {
+  // also after a (re)load: text typed while the settings were loading still filters them
+  function applyFilter() {
     const q = filter.value.trim().toLowerCase();
-    for (const row of body.querySelectorAll(".setting")) row.hidden = q && !row.textContent.toLowerCase().includes(q);
-  });
+    for (const row of body.querySelectorAll(".setting")) row.hidden = Boolean(q) && !row.textContent.toLowerCase().includes(q);
+    for (const group of body.querySelectorAll(".settings-group")) {
+      group.hidden = Boolean(q) && !group.querySelector(".setting:not([hidden])");
+      if (q && !group.hidden) group.open = true;
+    }
+    empty.hidden = !q || Boolean(body.querySelector(".settings-group:not([hidden])"));
+  }
+  filter.addEventListener("input", applyFilter);
 
   await load();
 }
