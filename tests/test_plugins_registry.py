@@ -17,7 +17,8 @@ from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.graph import GraphDB
 from homeagent.memory.graph_api import GraphMemoryService
 from homeagent.plugins.package import PackageError, pack_plugin
-from homeagent.plugins.registry import BUILTIN_PLUGINS, PluginError, PluginRegistry, PluginSource, register_rpc
+from homeagent.plugins.registry import BUILTIN_PLUGINS, PluginError, PluginRegistry, PluginSource
+from homeagent.plugins.rpc import register_rpc
 from homeagent.plugins.services import HostSDK
 from homeagent.sdk import Plugin, PluginSDK, ServiceUnavailable
 from homeagent.sdk.types import StageContext, ToolCall, ToolResult

@@ -70,7 +70,8 @@ from homeagent.paths import DataPaths
 from homeagent.plugins.proc.limits import ResourceLimits
 from homeagent.plugins.proc.plugin import ProcOptions, make_loader
 from homeagent.plugins.proc.supervisor import Supervisor
-from homeagent.plugins.registry import PluginRegistry, register_rpc
+from homeagent.plugins.registry import PluginRegistry
+from homeagent.plugins.rpc import register_rpc
 from homeagent.plugins.services import PluginServices
 from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest

@@ -37,16 +37,15 @@ import itertools
 import json
 import logging
 import os
-import re
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from homeagent.config.settings import PluginSettings
+from homeagent.plugins.errors import PluginError
 from homeagent.plugins.manifest import MANIFEST_NAME, NAME_RE, Manifest, ManifestError
 from homeagent.plugins.package import (
     INSTALL_RECORD,
@@ -57,6 +56,7 @@ from homeagent.plugins.package import (
     pack_folder,
     remove_plugin_dir,
 )
+from homeagent.plugins.pyimport import drop_modules, import_entry, resolve_ref
 from homeagent.plugins.services import HostSDK, PluginServices
 from homeagent.plugins.shipped import available_entries, link_shipped, shipped_plugins
 from homeagent.plugins.skills import DEFAULT_BUDGET, SkillCatalog, SkillPlugin, find_skill_file, parse_skill
@@ -75,7 +75,6 @@ __all__ = [
     "PluginRecord",
     "PluginRegistry",
     "PluginSource",
-    "register_rpc",
     "scan_plugins_dir",
 ]
 
@@ -95,10 +94,6 @@ RESERVED_NAMES = frozenset({"core", "cli", "skills", "memory", "offline"})
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 PREPARE_CONCURRENCY = 8
-
-
-class PluginError(Exception):
-    """An operation on the registry that cannot be done (unknown plugin, built-in removal, …)."""
 
 
 @dataclass
@@ -726,7 +721,7 @@ class PluginRegistry:
     async def _from_factory(self, record: PluginRecord, settings: Any) -> Plugin:
         factory = record.factory
         if isinstance(factory, str):
-            factory = await asyncio.to_thread(_resolve_ref, factory)
+            factory = await asyncio.to_thread(resolve_ref, factory)
         if not callable(factory):
             raise PluginError(f"built-in {record.name!r}: factory is not callable")
         return await _maybe_await(factory(record.name, {"registry": self, "services": self.services}))
@@ -824,12 +819,12 @@ class PluginRegistry:
     async def _load_python(self, source: PluginSource) -> Plugin:
         assert source.folder is not None and source.manifest is not None
         factory, modules = await asyncio.to_thread(
-            _import_entry, source.folder, source.manifest.entry, source.name, source.generation
+            import_entry, source.folder, source.manifest.entry, source.name, source.generation
         )
         try:
             plugin = await _maybe_await(factory(source.name, dict(source.config)))
         except BaseException:
-            _drop_modules(modules)
+            drop_modules(modules)
             raise
         with contextlib.suppress(AttributeError):
             plugin._homeagent_modules = modules
@@ -841,143 +836,10 @@ class PluginRegistry:
         raise PluginError(f"entry {entry!r} is a subprocess plugin, and this build has no subprocess plugin host yet")
 
 
-# ---------------------------------------------------------------- python imports
-
-
 def _user_path(source: str) -> Path:
     return Path(source).expanduser()  # no I/O: expands ~ from $HOME
 
 
-def _resolve_ref(ref: str) -> Any:
-    module_name, _, attr = ref.partition(":")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, attr or "create_plugin")
-    except AttributeError:
-        raise PluginError(f"{module_name} has no {attr or 'create_plugin'}") from None
-
-
-def _synthetic(name: str, generation: int) -> str:
-    return f"_homeagent_plugin_{re.sub(r'[^A-Za-z0-9_]', '_', name)}_{generation}"
-
-
-def _exec_module(modname: str, path: Path, package_dir: Path | None) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        modname, path, submodule_search_locations=[str(package_dir)] if package_dir else None
-    )
-    if spec is None or spec.loader is None:
-        raise PluginError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        sys.modules.pop(modname, None)
-        raise
-    return module
-
-
-def _import_entry(folder: Path, entry: str, name: str, generation: int) -> tuple[PluginFactory, list[str]]:
-    """The factory named by ``entry`` and the module names created for it (removed on unload).
-
-    Modules from the plugin folder get a private name per load, so a reload
-    runs the new code and two plugins' ``main.py`` never collide. Inside a
-    package entry, use relative imports.
-    """
-    base = _synthetic(name, generation)
-    if entry.endswith(".py"):
-        path = (folder / entry).resolve()
-        if not path.is_relative_to(folder.resolve()) or not path.is_file():
-            raise PluginError(f"entry {entry!r} is not a file in {folder}")
-        module = _exec_module(base, path, None)
-        attr = "create_plugin"
-    else:
-        module_path, _, attr = entry.partition(":")
-        parts = module_path.split(".")
-        top = folder / parts[0]
-        if (top / "__init__.py").is_file():
-            _exec_module(base, top / "__init__.py", top)
-            full = ".".join([base, *parts[1:]])
-            module = importlib.import_module(full) if len(parts) > 1 else sys.modules[base]
-        elif len(parts) == 1 and (folder / f"{parts[0]}.py").is_file():
-            module = _exec_module(base, folder / f"{parts[0]}.py", None)
-        else:
-            module = importlib.import_module(module_path)
-            base = ""
-    modules = [m for m in list(sys.modules) if base and (m == base or m.startswith(base + "."))]
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        _drop_modules(modules)
-        where = entry if entry.endswith(".py") else module_path
-        raise PluginError(f"{where} defines no {attr}(name, config) factory")
-    return factory, modules
-
-
-def _drop_modules(modules: list[str]) -> None:
-    for m in modules:
-        sys.modules.pop(m, None)
-
-
 def _forget_modules(record: PluginRecord) -> None:
-    _drop_modules(record.modules)
+    drop_modules(record.modules)
     record.modules = []
-
-
-# ---------------------------------------------------------------- socket RPC
-
-
-def register_rpc(socket_server: Any, registry: PluginRegistry) -> None:
-    """Add ``plugins.*`` methods to the daemon's socket server (used by ``homeagent plugin …``)."""
-    from homeagent.io.socket_server import RPCError
-
-    def name_of(params: dict[str, Any]) -> str:
-        name = params.get("name")
-        if not isinstance(name, str) or not name:
-            raise RPCError("missing 'name'")
-        return name
-
-    def guard(fn: Callable[[dict[str, Any]], Awaitable[Any]]) -> Callable[[dict[str, Any]], Awaitable[Any]]:
-        async def call(params: dict[str, Any]) -> Any:
-            try:
-                return await fn(params)
-            except (PluginError, PackageError, ManifestError, ValueError) as e:
-                raise RPCError(str(e)) from e
-
-        return call
-
-    async def list_(_: dict[str, Any]) -> Any:
-        return registry.list()
-
-    async def info(p: dict[str, Any]) -> Any:
-        return registry.info(name_of(p))
-
-    async def reload(p: dict[str, Any]) -> Any:
-        if p.get("name"):
-            return await registry.reload_one(name_of(p))
-        return await registry.reload_all()
-
-    async def enable(p: dict[str, Any]) -> Any:
-        return await registry.enable(name_of(p))
-
-    async def disable(p: dict[str, Any]) -> Any:
-        return await registry.disable(name_of(p), by="cli")
-
-    async def install(p: dict[str, Any]) -> Any:
-        source = p.get("source")
-        if not isinstance(source, str) or not source:
-            raise RPCError("missing 'source' (a .hmap path or URL)")
-        return await registry.install(source, upgrade=bool(p.get("upgrade")))
-
-    async def remove(p: dict[str, Any]) -> Any:
-        return await registry.remove(name_of(p))
-
-    for method, fn in {
-        "plugins.list": list_,
-        "plugins.info": info,
-        "plugins.reload": reload,
-        "plugins.enable": enable,
-        "plugins.disable": disable,
-        "plugins.install": install,
-        "plugins.remove": remove,
-    }.items():
-        socket_server.add_method(method, guard(fn))
