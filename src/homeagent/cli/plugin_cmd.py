@@ -137,7 +137,7 @@ def _builtin_names() -> set[str]:
 
 
 def _local_list(args: argparse.Namespace) -> list[dict[str, Any]]:
-    from homeagent.plugins.registry import scan_plugins_dir
+    from homeagent.plugins.discovery import scan_plugins_dir
     from homeagent.plugins.shipped import available_entries
 
     config = _local_config(args)

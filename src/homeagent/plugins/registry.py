@@ -38,15 +38,16 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from homeagent.config.settings import PluginSettings
+from homeagent.plugins.discovery import Found, discover, inspect_folder
 from homeagent.plugins.errors import PluginError
-from homeagent.plugins.manifest import MANIFEST_NAME, NAME_RE, Manifest, ManifestError
+from homeagent.plugins.manifest import NAME_RE, Manifest, ManifestError
 from homeagent.plugins.package import (
     INSTALL_RECORD,
     PackageError,
@@ -59,7 +60,7 @@ from homeagent.plugins.package import (
 from homeagent.plugins.pyimport import drop_modules, import_entry, resolve_ref
 from homeagent.plugins.services import HostSDK, PluginServices
 from homeagent.plugins.shipped import available_entries, link_shipped, shipped_plugins
-from homeagent.plugins.skills import DEFAULT_BUDGET, SkillCatalog, SkillPlugin, find_skill_file, parse_skill
+from homeagent.plugins.skills import DEFAULT_BUDGET, SkillCatalog, SkillPlugin, parse_skill
 from homeagent.plugins.skills import OWNER as SKILLS_OWNER
 from homeagent.sdk.api import Plugin, PluginFactory
 from homeagent.sdk.types import ConfigDef
@@ -75,7 +76,6 @@ __all__ = [
     "PluginRecord",
     "PluginRegistry",
     "PluginSource",
-    "scan_plugins_dir",
 ]
 
 log = logging.getLogger("homeagent.plugins")
@@ -182,129 +182,12 @@ class PluginRecord:
         return out
 
 
-# ---------------------------------------------------------------- discovery
-
-
-@dataclass
-class _Found:
-    name: str
-    folder: Path
-    manifest: Manifest | None
-    error: str = ""
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def kind(self) -> str:
-        return self.manifest.kind if self.manifest else "unknown"
-
-
-def _skill_manifest(folder: Path, skill_file: Path) -> Manifest:
-    return Manifest(name=folder.name, version="0.0.0", entry=skill_file.name)
-
-
-def _inspect_folder(folder: Path) -> _Found:
-    name = folder.name
-    manifest_path = folder / MANIFEST_NAME
-    if not manifest_path.is_file():
-        skill_file = find_skill_file(folder)
-        if skill_file is not None:
-            return _Found(name, folder, _skill_manifest(folder, skill_file))
-        return _Found(name, folder, None, f"no {MANIFEST_NAME} (and no SKILL.md) in {folder}")
-    try:
-        manifest = Manifest.load(manifest_path)
-    except ManifestError as e:
-        return _Found(name, folder, None, str(e))
-    warnings = []
-    if manifest.name != name:
-        warnings.append(f"plugin.json names it {manifest.name!r} but its folder is {name!r}; using {name!r}")
-    if manifest.deprecated:
-        warnings.append("the plugin is marked deprecated")
-    return _Found(name, folder, manifest, warnings=warnings)
-
-
-def _discover(plugins_dir: Path) -> list[_Found]:
-    if not plugins_dir.is_dir():
-        return []
-    found = []
-    for folder in sorted(plugins_dir.iterdir()):
-        if folder.name.startswith((".", "_")) or not folder.is_dir():
-            continue
-        found.append(_inspect_folder(folder))
-    return found
-
-
-def scan_plugins_dir(
-    plugins_dir: Path,
-    *,
-    disabled: frozenset[str] | set[str] = frozenset(),
-    builtins: Iterable[str] = BUILTIN_PLUGINS,
-) -> list[dict[str, Any]]:
-    """What is installed in ``plugins_dir``, without running anything (CLI without a daemon)."""
-    out: list[dict[str, Any]] = []
-    for name in sorted(set(builtins)):
-        out.append(
-            {
-                "name": name,
-                "kind": "builtin",
-                "builtin": True,
-                "version": "",
-                "description": "built-in plugin",
-                "state": "disabled" if name in disabled else "not running",
-                "error": "",
-                "path": "",
-                "tools": [],
-                "stages": [],
-                "channels": [],
-                "warnings": [],
-            }
-        )
-    for f in _discover(plugins_dir):
-        m = f.manifest
-        state = "disabled" if f.name in disabled else ("invalid" if f.error else "not running")
-        item: dict[str, Any] = {
-            "name": f.name,
-            "kind": f.kind,
-            "builtin": False,
-            "version": m.version if m else "",
-            "description": m.description if m else "",
-            "entry": m.entry if m else "",
-            "author": m.author if m else "",
-            "license": m.license if m else "",
-            "capabilities": list(m.capabilities) if m else [],
-            "env": list(m.env) if m else [],
-            "tags": list(m.tags) if m else [],
-            "state": state,
-            "error": f.error,
-            "path": str(f.folder),
-            "tools": [],
-            "stages": [],
-            "channels": [],
-            "warnings": f.warnings,
-        }
-        if m is not None and m.kind == "skill":
-            try:
-                skill = parse_skill(f.folder)
-                item["skill"] = skill.summary()
-                item["description"] = item["description"] or skill.description
-                item["warnings"] = [*f.warnings, *skill.warnings]
-            except ValueError as e:
-                item["state"], item["error"] = "invalid", str(e)
-        record = f.folder / INSTALL_RECORD
-        if record.is_file():
-            try:
-                item["install"] = json.loads(record.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                pass
-        out.append(item)
-    return out
-
-
 @dataclass
 class _Src:
     name: str
     builtin: bool
     factory: PluginFactory | str | None = None
-    found: _Found | None = None
+    found: Found | None = None
 
 
 # ---------------------------------------------------------------- the registry
@@ -601,7 +484,7 @@ class PluginRegistry:
                     continue
                 sources.append(_Src(ep.name, True, ep.value))
         names = {s.name for s in sources}
-        for found in await asyncio.to_thread(_discover, self.plugins_dir):
+        for found in await asyncio.to_thread(discover, self.plugins_dir):
             if found.name in names:
                 self._conflicts[found.name] = (
                     f"folder {found.folder} is ignored: a built-in plugin is already called {found.name!r}"
@@ -624,7 +507,7 @@ class PluginRegistry:
             return _Src(name, True, self._factories[name])
         folder = self.plugins_dir / name
         if folder.is_dir():
-            return _Src(name, False, found=await asyncio.to_thread(_inspect_folder, folder))
+            return _Src(name, False, found=await asyncio.to_thread(inspect_folder, folder))
         if self._use_entry_points:
             for ep in self._entry_points():
                 if ep.name == name:
