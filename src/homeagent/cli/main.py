@@ -162,6 +162,10 @@ def format_status(status: dict[str, Any]) -> str:
     )
     lines.append(f"LLM        {status.get('llm_source') or 'offline'}")
     lines.append(f"tools      {status.get('tools', 0)}   plugins {status.get('plugins', 0)}")
+    sandbox = status.get("sandbox") or {}
+    if sandbox.get("summary"):
+        warn = "" if sandbox.get("confined") or sandbox.get("state") == "checking" else "WARNING: "
+        lines.append(f"sandbox    {warn}{sandbox['summary']}")
     if status.get("approvals_pending"):
         lines.append(f"approvals  {status['approvals_pending']} tool call(s) waiting: homeagent approvals list")
     return "\n".join(lines)
