@@ -21,7 +21,7 @@ namespaces cannot. One module builds every ``bwrap`` command line, so
   elsewhere) are never mounted; where a mounted folder contains one, a tmpfs
   (a folder) or ``/dev/null`` (a file) is mounted over it, deepest last, so a
   workspace inside the data dir stays reachable while the rest is not.
-* **Private /tmp, /proc, /dev, PID, IPC and UTS namespaces.** The program
+* **Private /tmp, /proc, /dev, PID and IPC namespaces.** The program
   sees only its own processes (it cannot signal or ``ptrace`` the daemon,
   and ``/proc/self/root`` is the sandbox's root); when the command exits,
   the PID namespace ends and every process it left behind is killed.
@@ -78,13 +78,12 @@ MODES = ("auto", "bwrap", "off")
 PROBE_TIMEOUT = 10.0
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "nsswitch.conf", "hosts", "host.conf",
-    "resolv.conf", "gai.conf", "services", "protocols", "ssl", "ca-certificates", "ca-certificates.conf",
-    "alternatives", "localtime", "timezone", "locale.alias", "locale.conf", "default/locale", "mime.types",
-    "os-release", "debian_version", "terminfo", "inputrc", "bash.bashrc", "profile", "magic", "magic.mime",
-    "gitconfig", "papersize", "xdg",
+    "ld.so.cache", "passwd", "group", "nsswitch.conf", "hosts", "resolv.conf", "services", "ssl",
+    "ca-certificates", "alternatives", "localtime", "timezone",
 )
-"""What programs commonly read in /etc; secrets (shadow, ssh host keys, sudoers) are not in it."""
+"""What programs commonly need from /etc: the loader cache, users, name service, certificates, Debian's
+alternatives, the time zone. Secrets (shadow, ssh host keys, sudoers) are not in it. Kept short on purpose:
+each entry is a mount, and mounts are most of what a sandboxed start costs (docs/PERFORMANCE.md)."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -349,8 +348,10 @@ class Sandbox:
         session: bool,
         settings: SandboxSettings,
     ) -> list[str]:
-        out = [binary, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-               "--unshare-cgroup-try"]
+        # PID (no view of or signals to the daemon; the tree ends with the command) and IPC (no SysV shared
+        # memory of the owner's other programs) namespaces. Not UTS or cgroup: without capabilities the
+        # hostname cannot be changed anyway, and each namespace costs start time.
+        out = [binary, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         if not network:
             out.append("--unshare-net")
         if session:
