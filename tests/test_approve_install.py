@@ -132,3 +132,17 @@ async def test_the_policy_cannot_wave_them_through(
         assert direct.success is False and "homeagent plugin remove luademo" in direct.result["content"]
         assert "did not happen" in direct.result["content"]
         assert (d.paths.plugins / "luademo").exists() and "luademo" in d.plugins.running()
+
+
+async def test_homeagent_chat_asks_once_only_for_an_install(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch, package: Path
+) -> None:
+    async with FakeOpenAI() as fake, llm_daemon(data_dir, fake, monkeypatch) as d:
+        fake.script(Turn.tool_calls([("plugin_install", {"url": str(package)})]), Turn.text("Installed it."))
+        chat = await run_cli(data_dir, "chat", stdin="install luademo\na\n")  # "a" (always) counts as once here
+        assert chat.code == 0, chat
+        assert "approval needed" in chat.out and "plugin_install" in chat.out
+        assert "allow this once? [y]es / [N]o" in chat.out and "[a]lways" not in chat.out
+        assert "(allowed)" in chat.out and "Installed it." in chat.out
+        assert "luademo" in d.plugins.running()
+        assert d.approvals.rules() == []
