@@ -14,8 +14,9 @@ namespaces cannot. One module builds every ``bwrap`` command line, so
   ``/home``, not ``/root``. The root itself is a tmpfs remounted read-only.
 * **Only the folders the caller names.** The workspace read-write for
   commands and terminals; a plugin's own folder read-only and its state
-  folder read-write. Everything else the owner wants visible is listed in
-  ``core.sandbox.ro_paths``.
+  folder read-write (a plugin that declares ``files`` sees the host
+  read-only, less the private paths below). Everything else the owner wants
+  visible is listed in ``core.sandbox.ro_paths``.
 * **No data dir.** The daemon's private paths (the data dir with
   ``config.db``, the socket, the web token; memory and log folders moved
   elsewhere) are never mounted; where a mounted folder contains one, a tmpfs
@@ -57,7 +58,7 @@ import shutil
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -119,7 +120,6 @@ class Launch:
     confined: bool
     network: bool
     label: str  # "bwrap (network off)", "none: …" — shown to the model and the owner
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 class Confinement(Protocol):
@@ -134,9 +134,13 @@ class Confinement(Protocol):
         readable: Sequence[str | Path] = (),
         network: bool | None = None,
         home: str | None = None,
-        session: bool = False,
     ) -> Launch:
-        """``argv`` as it should be executed; raises SandboxUnavailable when confinement is required but broken."""
+        """``argv`` as it should be executed; raises SandboxUnavailable when confinement is required but broken.
+
+        The caller starts it in a new session (``start_new_session``; a PTY terminal makes its PTY the
+        controlling terminal), so the sandbox never shares the daemon's terminal; bwrap's own
+        ``--new-session`` would take ctrl_c away from terminals and the process group from cmd_run's kills.
+        """
         ...
 
     def status(self) -> dict[str, Any]:
@@ -257,7 +261,7 @@ class Sandbox:
                 out, _ = await proc.communicate()
             version = out.decode("utf-8", "replace").strip().removeprefix("bubblewrap ").strip()
             argv = self._argv(binary, ["true"], cwd="/", writable=(), readable=(), network=False, home="/tmp",
-                              session=False, settings=settings)
+                              settings=settings)
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, cwd="/")
@@ -317,7 +321,6 @@ class Sandbox:
         readable: Sequence[str | Path] = (),
         network: bool | None = None,
         home: str | None = None,
-        session: bool = False,
     ) -> Launch:
         settings = self._settings()
         net = settings.network if network is None else network
@@ -332,7 +335,7 @@ class Sandbox:
                     "can install bubblewrap or change core.sandbox.mode (docs/security.md).")
             return Launch(list(argv), False, True, f"none: {why} (weaker mode)")
         full = self._argv(probe.binary, list(argv), cwd=cwd, writable=writable, readable=readable, network=net,
-                          home=home, session=session, settings=settings)
+                          home=home, settings=settings)
         return Launch(full, True, net, f"bwrap (network {'on' if net else 'off'})")
 
     def _argv(
@@ -345,7 +348,6 @@ class Sandbox:
         readable: Sequence[str | Path],
         network: bool,
         home: str | None,
-        session: bool,
         settings: SandboxSettings,
     ) -> list[str]:
         # PID (no view of or signals to the daemon; the tree ends with the command) and IPC (no SysV shared
@@ -354,8 +356,6 @@ class Sandbox:
         out = [binary, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         if not network:
             out.append("--unshare-net")
-        if session:
-            out.append("--new-session")
         if os.geteuid() == 0:
             out += ["--cap-drop", "ALL"]
         # A plugin that declared "files" sees the host read-only (its /tmp too: files to send are often
