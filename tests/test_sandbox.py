@@ -151,6 +151,10 @@ async def test_escapes_fail_and_the_daemon_survives(jailed: Daemon, tmp_path: Pa
             continue
         assert value["status"] == "failed", (name, value)
         assert any(w in value["stderr"] for w in ("No such file", "nonexistent", "Permission denied")), (name, value)
+    # root in the sandbox has no capabilities: no mounts, no entering pid 1's namespaces, no new user namespace
+    for command in ("mount -t tmpfs none /tmp", "nsenter -t 1 -m -p true", "unshare -r true"):
+        value = await sh(d, command)
+        assert value["status"] == "failed", (command, value)
     # what the kills reached: nothing outside (the sandbox's parent is pid 0 or its own init)
     assert "No such process" in results["kill the daemon"]["stderr"] or results["kill the daemon"]["status"] != "ok"
     parent = await sh(d, "echo $PPID; ls /proc | grep -c '^[0-9]'")
@@ -368,6 +372,9 @@ async def test_auto_falls_back_and_says_so_when_bwrap_is_missing(daemon: Daemon,
     assert shown.code == 0, shown.err
     line = next(x for x in shown.out.splitlines() if x.startswith("sandbox"))
     assert "WARNING" in line and "UNCONFINED" in line and "not installed" in line
+    # so does the health check the model (and the web UI) reads
+    health = (await run_tool(daemon_services(daemon), "healthcheck", {})).result
+    assert health["status"] == "degraded" and any(p.startswith("sandbox: UNCONFINED") for p in health["problems"])
     # required: nothing starts
     daemon.config.set("core.sandbox.mode", "bwrap")
     refused = await run_tool(daemon_services(daemon), "cmd_run", {"command": "echo never"})

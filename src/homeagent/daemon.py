@@ -238,7 +238,7 @@ class Daemon:
         # What cmd_run, terminals and subprocess plugins run under; checked once now (a few ms).
         self.sandbox = Sandbox(self._sandbox_settings, hidden=self._private_paths)
         await self.sandbox.probe()
-        health = HealthSources(started_at=self.started_at, agent_status=self.agent.status)
+        health = HealthSources(started_at=self.started_at, agent_status=self.agent.status, sandbox=self.sandbox.status)
         for name, factory in builtin_factories(health=health, sandbox=self.sandbox).items():
             self.plugins.register_factory(name, factory)
         self.supervisor = Supervisor()
