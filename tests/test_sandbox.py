@@ -30,8 +30,15 @@ from tests.conftest import run_cli
 from tests.fakes.builtins_host import daemon_services, run_tool
 from tests.fakes.plugins_host import FIXTURES
 
-needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None,
-                                 reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+def _bwrap_works() -> str:
+    """Why bubblewrap cannot run here ('' when it can), found the way the daemon finds out at start."""
+    probe = asyncio.run(Sandbox(lambda: SandboxSettings(), hidden=lambda: []).probe())
+    return "" if probe.usable else probe.reason
+
+
+_NO_BWRAP = _bwrap_works()
+needs_bwrap = pytest.mark.skipif(bool(_NO_BWRAP), reason=f"{_NO_BWRAP} (apt-get install bubblewrap)")
 
 
 def digest(path: Path) -> str:
