@@ -407,10 +407,11 @@ class ProcPlugin(Plugin):
         if state is not None:
             await asyncio.to_thread(state.mkdir, parents=True, exist_ok=True)
         whole = ["/"] if "files" in self.capabilities.granted else []
+        runtime = await asyncio.to_thread(python_paths)  # a stat() per sys.path entry
         return sandbox.wrap(
             self.argv,
             cwd=str(self.folder),
-            readable=[*whole, self.folder, *python_paths()],
+            readable=[*whole, self.folder, *runtime],
             writable=[state] if state is not None else [],
             network="net" in self.capabilities.granted,
             home=str(state) if state is not None else "/tmp",
