@@ -485,7 +485,9 @@ class CmdPlugin:
             ToolDef(
                 name="cmd_run",
                 description="Run one program (no shell: no pipes or redirections) and return "
-                            "{status, stdout, stderr, exit_code, command}. Quotes group words as in a shell.",
+                            "{status, stdout, stderr, exit_code, command, sandbox}. Quotes group words as in a "
+                            "shell. Usually sandboxed (see sandbox in the result): the system is read-only, the "
+                            "working folder is the only writable place, and the network may be off.",
                 parameters={
                     "type": "object",
                     "properties": {
