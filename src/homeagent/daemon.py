@@ -36,6 +36,8 @@ from homeagent.approvals import DEFAULT_ASK, ApprovalBroker, ApprovalPolicy, App
 from homeagent.approvals.desk import socket_methods as approval_methods
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
+from homeagent.config.defaults import DATA_PATH_KEYS
+from homeagent.confine import Sandbox, SandboxSettings
 from homeagent.console import ConsoleLogHandler, say
 from homeagent.control import ConfigControl
 from homeagent.datalock import AlreadyRunning, DataDirLock
@@ -237,8 +239,11 @@ class Daemon:
             self.paths.resolve(cfg.get_str("core.plugin.dir", ""), self.paths.plugins),
             shipped=BUNDLED_DIR,
         )
-        health = HealthSources(started_at=self.started_at, agent_status=self.agent.status)
-        for name, factory in builtin_factories(health=health).items():
+        # What cmd_run, terminals and subprocess plugins run under; checked once now (a few ms).
+        self.sandbox = Sandbox(self._sandbox_settings, hidden=self._private_paths)
+        await self.sandbox.probe()
+        health = HealthSources(started_at=self.started_at, agent_status=self.agent.status, sandbox=self.sandbox.status)
+        for name, factory in builtin_factories(health=health, sandbox=self.sandbox).items():
             self.plugins.register_factory(name, factory)
         self.supervisor = Supervisor()
         self.plugins.register_kind(
@@ -250,6 +255,7 @@ class Daemon:
                     log_rate=float(cfg.get_int("core.plugin.log_rate", 50)),
                     log_burst=4.0 * cfg.get_int("core.plugin.log_rate", 50),
                     limits=self._plugin_limits,
+                    sandbox=self.sandbox,
                 ),
                 plugins=self.plugins,
             ),
@@ -678,6 +684,27 @@ class Daemon:
                     log.warning("core.plugin.limits: %s.%s is not a limit (max_memory_mb, max_cpu_seconds)", name, key)
         return ResourceLimits(max_memory_mb=memory, max_cpu_seconds=cpu)
 
+    def _sandbox_settings(self) -> SandboxSettings:
+        """The owner's core.sandbox.* settings, read at each launch (a bad value falls back to the safe default)."""
+        cfg = self.config
+        mode = cfg.get_str("core.sandbox.mode", "auto").strip().lower()
+        extra = cfg.get_str("core.sandbox.ro_paths", "")
+        return SandboxSettings(
+            mode=mode if mode in ("auto", "bwrap", "off") else "auto",
+            network=bool(cfg.get("core.sandbox.network", False)),
+            binary=cfg.get_str("core.sandbox.bwrap", "bwrap").strip() or "bwrap",
+            ro_paths=tuple(p.strip() for p in extra.split(",") if p.strip()),
+        )
+
+    def _private_paths(self) -> list[Path]:
+        """What a sandboxed program must never see: the data dir, the socket, and data folders moved elsewhere."""
+        out = [self.paths.root, self.paths.socket]
+        for key in DATA_PATH_KEYS:
+            configured = self.config.get_str(key, "")
+            if configured:
+                out.append(self.paths.resolve(configured, self.paths.root))
+        return out
+
     def _socket_limits(self) -> SocketLimits:
         """Per-connection limits of the local socket, read for each new connection."""
         cfg = self.config
@@ -710,6 +737,7 @@ class Daemon:
             "tools": len(self.tools.tools()),
             "plugins": len(self.plugins.running()) if hasattr(self, "plugins") else 0,
             "approvals_pending": len(self.approvals.pending()) if hasattr(self, "approvals") else 0,
+            "sandbox": self.sandbox.status() if hasattr(self, "sandbox") else {"state": "checking"},
             "events": self.events.stats(),
             "ready": self.startup.ready,
             "starting": self.startup.starting,
@@ -717,6 +745,8 @@ class Daemon:
 
     # ----------------------------------------------------------------- config
     def _on_config_change(self, key: str, value: Any) -> None:
+        if key == "core.sandbox.bwrap" and hasattr(self, "sandbox"):
+            self.sandbox.reprobe()
         if key.startswith("core.approvals.") and hasattr(self, "approvals"):
             self.approvals.policy.invalidate()
         if key.startswith("core.llm."):
@@ -741,6 +771,7 @@ class Daemon:
             ("approvals", lambda: self.approvals.close()),
             ("plugins", lambda: self.plugins.stop_all()),
             ("plugin processes", lambda: self.supervisor.close()),
+            ("sandbox", lambda: self.sandbox.close()),
             ("memory", lambda: self._stop_memory()),
             ("text log", lambda: self.textlog.close()),
             ("llm", lambda: self.llm.close()),
@@ -766,7 +797,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "plugin processes": "supervisor", "sandbox": "sandbox", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

@@ -10,6 +10,11 @@
   model, a sub-agent, a plugin or a stranger writing in a chat group cannot
   approve anything; text such as "approve 3f9a2c" is just text to the model.
 * No answer is a *no*: after ``core.approvals.timeout`` the call is denied.
+* Some calls only the owner may allow, one at a time (``OWNER_ACTIONS``:
+  installing, removing, enabling plugins): they always ask, "always" stores
+  no rule for them, and the tool runs only when :func:`owner_approved` says
+  the owner approved that very call (the broker records it for the task that
+  runs the call).
 * Every decision that involved the policy (denied by it, allowed or denied by
   the owner, timed out, withdrawn because the turn was cancelled) is logged.
 """
@@ -26,10 +31,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from homeagent.agent.gate import Frame
+from homeagent.agent.gate import Frame, OwnerApproval, note_owner_approval
 from homeagent.approvals.policy import (
     ALLOW,
     DENY,
+    OWNER_ACTIONS,
     ApprovalPolicy,
     Rule,
     safe_arguments,
@@ -84,6 +90,7 @@ class PendingApproval:
             "pattern": self.pattern, "user_id": self.user_id, "channel": self.channel, "source": self.source,
             "input_id": self.input_id, "child": self.child, "created": self.created,
             "expires_in": round(max(0.0, self.created + self.timeout - time.time()), 1),
+            "always": self.tool not in OWNER_ACTIONS,  # whether "Always for this pattern" can apply
         }
 
 
@@ -107,6 +114,7 @@ class ApprovalBroker:
 
     # -- the gate ---------------------------------------------------------------
     async def admit(self, call: ToolCall, ctx: StageContext, frame: Frame | None) -> str | None:
+        note_owner_approval(None)  # nothing this task recorded for an earlier call carries over
         verdict = self.policy.decide(call.name, call.arguments)
         if verdict.action == ALLOW:
             return None
@@ -159,6 +167,7 @@ class ApprovalBroker:
                                                      "by": by})
             await asyncio.shield(self._log(call, ctx, request.id, subject, decision, by, note, waited))
         if decision.startswith("allowed"):
+            note_owner_approval(OwnerApproval(call.name, dict(call.arguments), request.id))
             return None
         if decision == "timeout":
             reason = (f"{call.name} needs the owner's approval and nobody answered within {request.timeout:g}s, so "
@@ -204,7 +213,7 @@ class ApprovalBroker:
             raise ApprovalError(f"no pending approval request {request_id!r} (answered, timed out or withdrawn); "
                                 "see `homeagent approvals list`")
         rule: Rule | None = None
-        if allow and always:
+        if allow and always and request.tool not in OWNER_ACTIONS:  # those are approved one call at a time
             rule = await self.add_rule(request.tool, pattern.strip() or request.pattern, by=by)
         decision = ("allowed_always" if rule else "allowed") if allow else "denied"
         if not request.future.done():
@@ -219,6 +228,9 @@ class ApprovalBroker:
     async def add_rule(self, tool: str, match: str, *, by: OwnerPath) -> Rule:
         if not tool.strip() or not match.strip():
             raise ApprovalError("a rule needs a tool and a pattern")
+        if tool.strip() in OWNER_ACTIONS:
+            raise ApprovalError(f"{', '.join(sorted(OWNER_ACTIONS))} are approved one call at a time; an always "
+                                "rule cannot cover them")
         rule = await asyncio.to_thread(self.store.add_rule, tool.strip(), match.strip(), by=by.value)
         self.policy.invalidate()
         return rule
