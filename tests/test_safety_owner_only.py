@@ -32,6 +32,7 @@ OWNER_ONLY: list[tuple[str, Any, Any]] = [
     ("core.memory.graph", f"{EVIL}/graph.db", "{tmp}/graph.db"),
     ("core.memory.text", f"{EVIL}/text", "{tmp}/text"),
     ("core.memory.documents", f"{EVIL}/documents", "{tmp}/documents"),
+    ("core.memory.owner_name", "Mallory", "Zed"),
     ("core.knowledge.path", "/", "{tmp}/knowledge"),
     ("core.log.path", "/tmp", "{tmp}/log"),
     ("core.llm.base_url", "http://evil.example/v1", "http://127.0.0.1:9/v1"),

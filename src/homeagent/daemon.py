@@ -50,12 +50,13 @@ from homeagent.knowledge.tools import knowledge_tools
 from homeagent.llm_control import LLMControl
 from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.context import ContextTurnMemory, RelevanceContext
-from homeagent.memory.distill import RuleDistiller
+from homeagent.memory.distill import SELF, RuleDistiller
 from homeagent.memory.doc_api import DocMemoryService
 from homeagent.memory.documents import DocumentStore, render_injection
 from homeagent.memory.embedder import build_embedder
 from homeagent.memory.graph import GraphDB
 from homeagent.memory.graph_tools import graph_tools
+from homeagent.memory.identity import Identities
 from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.loops import MemoryLoops
@@ -177,6 +178,7 @@ class Daemon:
             settings=settings,
             gate=self.approvals,
             media=self._media_turn_path(),
+            speakers=self.identities,
         )
         self.agent = Agent(self.io, self.runner)
 
@@ -350,7 +352,16 @@ class Daemon:
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
-        self.distiller = RuleDistiller(self.graph)
+        ids_path = mem / "identities.db"
+        self.identities = await self._open_store(
+            ids_path, "identity links",
+            lambda: Identities.open(ids_path, lambda: cfg.get_str("core.memory.owner_name", "")),
+            kept="memory is",
+        )
+        for name, fn in self.identities.methods().items():
+            self.socket.add_method(name, self._rpc_guard(fn))
+        # facts a person states are about that person (ctx.speaker): two people in one group never share a "user"
+        self.distiller = RuleDistiller(self.graph, subject_of=lambda speaker: speaker or SELF)
         self.knowledge = KnowledgeBase(
             self.paths.resolve(cfg.get_str("core.knowledge.path", ""), self.paths.knowledge), self.embedder
         )
@@ -378,7 +389,7 @@ class Daemon:
             # no_memory tool called in the turn): the turn runner sets it before after_output.
             if ctx.raw_message and not ctx.no_memory:
                 self._last_input = ctx.raw_message
-                await self.distiller.record(ctx.raw_message, session=ctx.channel, speaker=ctx.user_id)
+                await self.distiller.record(ctx.raw_message, session=ctx.channel, speaker=ctx.speaker)
 
         self._undo.append(self.stages.register(Stage.AFTER_OUTPUT, remember_raw, plugin="core", name="rule-distiller"))
 
@@ -515,6 +526,8 @@ class Daemon:
             await media.aclose()
         if hasattr(self, "graph"):
             await self.graph.close()
+        if hasattr(self, "identities"):
+            await self.identities.close()
         if hasattr(self, "docs"):
             await self.docs.aclose()
 

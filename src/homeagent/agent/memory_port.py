@@ -29,11 +29,18 @@ class TurnRecord:
     source: str = ""
     user_id: str = ""
     group_id: str = ""  # a group chat on a channel (QQ): its turns are shown only to that group's turns
+    speaker: str = ""  # the person who spoke (memory/identity.py): the remembered turn's speaker
     no_memory: bool = False
     tool_outputs: list[ToolOutput] = field(default_factory=list)
     ts: float = field(default_factory=time.time)
     input_id: str = ""
     media_digests: list[str] = field(default_factory=list)  # media of the input: referenced while in the window
+
+
+class Speakers(Protocol):
+    """Who is speaking, by channel and account (the daemon's ``memory.identity.Identities``)."""
+
+    def speaker(self, channel: str, user_id: str, user_name: str = "") -> str: ...
 
 
 class TurnMemory(Protocol):

@@ -44,7 +44,7 @@ from typing import Any
 
 from homeagent.agent.gate import ToolGate
 from homeagent.agent.media_input import TOOL_BLOCKS, MediaInput, UnseenImage
-from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
+from homeagent.agent.memory_port import Speakers, ToolOutput, TurnMemory, TurnRecord
 from homeagent.agent.origin import TURN_ORIGIN
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
 from homeagent.agent.stages import StageHost
@@ -163,6 +163,7 @@ class TurnRunner:
         slot: LLMSlot | None = None,
         gate: ToolGate | None = None,
         media: MediaInput | None = None,
+        speakers: Speakers | None = None,
     ) -> None:
         self.stages = stages
         self.media = media
@@ -177,18 +178,24 @@ class TurnRunner:
         self.tool_filter = tool_filter
         self.slot = slot or LLMSlot()
         self.gate = gate
+        self.speakers = speakers
         self._tools_cache: tuple[int, list[ToolDef], list[dict[str, Any]]] | None = None
 
     # ------------------------------------------------------------------
     async def run(self, message: InputMessage, *, consolidation: bool = False) -> TurnResult:
         turn = _Turn(message, consolidation or message.channel == CONSOLIDATION_CHANNEL)
         options = message.options
+        # a timer's input runs on channel "timer" for the person who set it in their chat: resolve in that chat
+        speaker = "" if self.speakers is None else self.speakers.speaker(
+            options.deliver_to or message.channel, options.user_id, options.user_name
+        )
         ctx = StageContext(
             raw_message=message.text,
             user_id=options.user_id,
             group_id=options.group_id,
             channel=message.channel,
             source=message.source,
+            speaker=speaker,
             no_memory=options.no_memory,
             extra={"input_id": message.id, **options.meta},
         )
@@ -598,6 +605,7 @@ class TurnRunner:
                         source=message.source,
                         user_id=ctx.user_id,
                         group_id=ctx.group_id,
+                        speaker=ctx.speaker,
                         no_memory=no_memory,
                         tool_outputs=turn.tool_outputs,
                         ts=message.ts,

@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "homeagent.cli.webui_cmd",
         "homeagent.cli.backup_cmd",
         "homeagent.cli.approvals_cmd",
+        "homeagent.cli.identity_cmd",
     ):
         _register_optional(module_name, sub)
     return parser

@@ -206,6 +206,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "How often graph relations are checked against their source sentences.", min=1),
         _def("core.agent.merge_interval", "120m", "duration", "memory", "Merge interval",
              "How often duplicate entities are merged.", min=1),
+        _def("core.memory.owner_name", "", "string", "memory", "Your name in memory",
+             "What memory calls you, the owner: the speaker of your turns and the person your own facts are "
+             "about (CLI, web UI, and chat accounts you linked with `homeagent identity link CHANNEL ID --owner`). "
+             "Empty: 'user'. Facts remembered under the old name keep it.", owner_only=True),
         _def("core.memory.session_gap", "30m", "duration", "memory", "Conversation gap",
              "Silence after which the next message starts a new conversation session in document memory "
              "(turns are recalled together with their neighbours in the same session).", min=1),

@@ -533,7 +533,9 @@ class ContextTurnMemory:
         meta = {key: value for key, value in (("user_id", user_id), ("group_id", group_id)) if value}
         digests = [str(d) for d in getattr(turn, "media_digests", []) or []]
         if getattr(turn, "user_text", ""):
-            event = ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=dict(meta), **common)
+            speaker = str(getattr(turn, "speaker", "") or "")
+            said = {**meta, "speaker": speaker} if speaker else dict(meta)  # who said it, when it sinks into L2
+            event = ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=said, **common)
             if digests and self.media is not None:
                 event.meta["media"] = digests
                 # before the event is in the window: GC never sees a marker in the context without its reference

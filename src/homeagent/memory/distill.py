@@ -426,8 +426,11 @@ class RuleDistiller:
         for _id, role, speaker, content, ts in rows:
             if role != "user":
                 continue
-            for t in extract(content, subject=self.subject_of(speaker)):
+            subject = self.subject_of(speaker)
+            for t in extract(content, subject=subject):
                 t.valid_from = ts
+                if subject != SELF:
+                    t.subject_type = "Person"  # a named speaker (memory/identity.py) is a person of the social layer
                 try:
                     clean_name(t.subject)
                     clean_name(t.object)

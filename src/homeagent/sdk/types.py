@@ -131,6 +131,7 @@ class StageContext:
     group_id: str = ""
     channel: str = ""
     source: str = ""
+    speaker: str = ""  # the person speaking (``homeagent identity``): the owner's name, a linked person's, or a nickname
     context_msgs: list[dict[str, Any]] = field(default_factory=list)
     llm_text: str = ""
     reasoning_content: str = ""
@@ -254,6 +255,11 @@ class InjectOptions:
     the input's own (a timer fires on channel ``timer``, which no one reads;
     its reply goes to the channel it was set from, with ``user_id`` and
     ``group_id`` saying which chat there).
+
+    ``user_name`` is the sender's display name on the channel (a chat
+    nickname): memory names an account nobody linked to a person by it
+    (``homeagent identity``), so what two people in one group said is never
+    remembered as said by the same "user".
     """
 
     no_memory: bool = False
@@ -262,6 +268,7 @@ class InjectOptions:
     group_id: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     deliver_to: str = ""
+    user_name: str = ""
 
 
 @dataclass(frozen=True)

@@ -373,6 +373,7 @@ class QQPlugin:
                 item.text = await self._with_quote(item.text, item.reply_to)
             options = InjectOptions(
                 user_id=item.user_id,
+                user_name=item.nickname,
                 group_id=item.chat.id if item.chat.kind == "group" else "",
                 meta={"qq": {"chat": item.chat.kind, "chat_id": item.chat.id, "nickname": item.nickname,
                              "message_id": item.message_id}},
