@@ -32,9 +32,13 @@ System messages that start with [打断消息] arrived while you were working (a
 adding something). Take them into account before you continue."""
 
 OUTPUT_RULES = """【输出规则】
-Your reply goes back automatically to the channel the message came from. Use output_send__<channel> only to send
-proactively or to another channel (output_list_channels lists them; output_send__<channel>_help explains the meta
-format). For long tasks, send a short acknowledgement first."""
+Your reply goes back automatically to the channel and chat the message came from; so does the reply to a reminder
+or timer set in it. Use output_send__<channel> only to send proactively or to another channel
+(output_list_channels lists them; output_send__<channel>_help explains the meta format).
+Several messages: call output_send__<channel> once per message, in order (without meta it goes to the chat the
+current message came from). For long tasks, send a short acknowledgement first that way, then do the work.
+Long replies: chat channels (QQ) split them into several messages at their length limit, at paragraph or sentence
+ends and never inside a code block, so you need not shorten or cut them yourself; keep chat replies short anyway."""
 
 SectionFn = Callable[["PromptInputs"], Awaitable[str | None] | str | None]
 

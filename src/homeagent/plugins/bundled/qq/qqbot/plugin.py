@@ -15,8 +15,10 @@ daemon). How a message travels:
   and retries), remembering which chat each input id came from.
 * The reply to an input comes back on the output channel ``qq`` with
   ``reply_to`` (and the host's ``user_id``/``group_id``): it is sent to the
-  chat it came from, in parts of at most ``max_message_chars`` characters,
-  paced per chat by a token bucket.
+  chat it came from, in parts of at most ``max_message_chars`` characters
+  (cut at natural ends, never inside a code block or a character; one message
+  per paragraph with ``reply_style`` paragraphs), paced per chat by a token
+  bucket.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any
 from homeagent.sdk import ConfigDef, InjectOptions, OutputCap, PluginSDK, ServiceUnavailable
 from homeagent.sdk.remote import RemoteError, RemoteSDK
 from qqbot.cleaner import clean
-from qqbot.message import Segment, header, segments, split_text, text_message, to_text
+from qqbot.message import Segment, header, segments, split_paragraphs, split_text, text_message, to_text
 from qqbot.transport import ActionError, NotConnected, OneBotLink
 
 BUSY = -32005
@@ -88,6 +90,10 @@ def _defs() -> list[ConfigDef]:
         ConfigDef("max_message_chars", 1500, "int", "Longest message",
                   "Replies longer than this are sent as several messages (QQ cuts very long ones).", cat,
                   min=100, max=4500),
+        ConfigDef("reply_style", "whole", "select", "Reply style",
+                  "whole: a reply is one message, split only where it is longer than the longest message; "
+                  "paragraphs: each paragraph of a reply (blank-line separated; a code block stays whole) is a "
+                  "message of its own, as people write in chats.", cat, options=["whole", "paragraphs"]),
         ConfigDef("max_parts", 8, "int", "Most messages per reply",
                   "A reply is never sent as more messages than this; the rest is dropped with a note.", cat,
                   min=1, max=50),
@@ -119,6 +125,7 @@ class QQSettings:
     group_keywords: tuple[str, ...] = ()
     remember_unaddressed: bool = False
     max_message_chars: int = 1500
+    reply_style: str = "whole"
     max_parts: int = 8
     rate_per_minute: int = 20
     queue_size: int = 200
@@ -147,6 +154,7 @@ class QQSettings:
             group_keywords=tuple(k.lower() for k in _ids(get("group_keywords", ""))),
             remember_unaddressed=bool(get("remember_unaddressed", False)),
             max_message_chars=num("max_message_chars", d.max_message_chars),
+            reply_style="paragraphs" if str(get("reply_style", d.reply_style)) == "paragraphs" else "whole",
             max_parts=num("max_parts", d.max_parts),
             rate_per_minute=num("rate_per_minute", d.rate_per_minute),
             queue_size=max(1, num("queue_size", d.queue_size)),
@@ -233,9 +241,10 @@ def _error(e: BaseException) -> dict[str, Any]:
 
 META_HELP = (
     "Routing: {\"group_id\": \"123456\"} sends to a group, {\"user_id\": \"10001\"} to a private chat "
-    "(only allowed groups/users: settings plugin.qq.allowed_groups / allowed_users). The reply to a QQ message "
-    "goes back to its chat by itself; use this channel to write to a chat on your own. Types: text (long text is "
-    "split into several messages and paced per chat), image (payload: an http(s) URL or an absolute file path the "
+    "(only allowed groups/users: settings plugin.qq.allowed_groups / allowed_users); no meta while answering a QQ "
+    "message: that message's chat. The reply to a QQ message goes back to its chat by itself; use this channel to "
+    "write to a chat on your own or to send several messages (one call each). Types: text (long text is split into "
+    "several messages at paragraph or sentence ends, never inside a code block, and paced per chat), image (payload: an http(s) URL or an absolute file path the "
     "OneBot implementation can read), file (payload: an absolute file path; uses the upload_*_file extension of "
     "NapCat/Lagrange/go-cqhttp)."
 )
@@ -494,7 +503,8 @@ class QQPlugin:
         chat, quoted, is_reply = self._route(meta)
         try:
             if type_ == "text":
-                parts = split_text(payload, self.cfg.max_message_chars, self.cfg.max_parts)
+                split = split_paragraphs if self.cfg.reply_style == "paragraphs" else split_text
+                parts = split(payload, self.cfg.max_message_chars, self.cfg.max_parts)
                 if not parts:
                     raise ValueError("nothing to send: the text is empty")
                 ids = []
