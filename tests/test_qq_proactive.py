@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,3 +143,87 @@ async def test_a_subprocess_plugin_knows_where_its_tool_call_came_from(llm_daemo
     assert json.loads(tool_result["content"])["origin"] == ["qq", str(ADA), str(GROUP)]
     later = await onebot.wait_action("send_group_msg", after=onebot.actions.index(ack) + 1)
     assert later["params"]["group_id"] == GROUP and reply_text(later) == "Here is your ping."
+
+
+async def test_a_reply_can_be_several_messages_and_long_ones_are_split_with_care(
+    llm_daemon: Daemon, llm: FakeOpenAI, onebot: FakeOneBot
+) -> None:
+    await enable_qq(llm_daemon, ws_url=onebot.url, max_message_chars=120)
+    await connected(llm_daemon, onebot)
+    code = "```py\n" + "\n".join(f"n{i} = {i}" for i in range(8)) + "\n```"
+    long_reply = "The fix is below, it is short. " * 3 + "\n" + code + "\nRun it once and it is done."
+    llm.script(Turn.tool_calls([("output_list_channels", {})]),
+               Turn.tool_calls([("output_send__qq", {"payload": "On it, one moment…"})]),
+               Turn.text(long_reply))
+    await onebot.send(onebot.private_message(ADA, "fix my script please"))
+    await onebot.wait_for(lambda: sum(a["action"] == "send_private_msg" for a in onebot.actions) >= 3)
+    sent = [reply_text(a) for a in onebot.actions if a["action"] == "send_private_msg"]
+    assert sent[0] == "On it, one moment…", "output_send__qq without meta wrote to this chat first"
+    assert all(len(s) <= 120 for s in sent)
+    assert sum(code in s for s in sent) == 1, sent  # the code block arrived whole, in one message
+    assert "".join(s.replace("\n", "").replace(" ", "") for s in sent[1:]) == long_reply.replace("\n", "").replace(" ", "")
+    system = llm.requests[0].body["messages"][0]["content"]
+    assert "Several messages" in system and "never inside a code block" in system, "the output rules say so"
+    listed = json.loads(next(m for m in llm.requests[1].body["messages"] if m.get("role") == "tool")["content"])
+    assert listed["this_chat"] == {"channel": "qq", "user_id": str(ADA)}
+
+    llm_daemon.config.set_plugin("qq", "reply_style", "paragraphs")
+    await llm_daemon.plugins.reload_one("qq")
+    await connected(llm_daemon, onebot)
+    before = len(onebot.actions)
+    llm.script(Turn.text("Morning!\n\nThe weather is fine.\n\nTake an umbrella anyway."))
+    await onebot.send(onebot.private_message(ADA, "good morning"))
+    await onebot.wait_for(lambda: sum(a["action"] == "send_private_msg" for a in onebot.actions[before:]) >= 3)
+    assert [reply_text(a) for a in onebot.actions[before:] if a["action"] == "send_private_msg"] == [
+        "Morning!", "The weather is fine.", "Take an umbrella anyway."]
+
+
+async def _approval_posted(onebot: FakeOneBot, after: int) -> tuple[str, dict[str, Any]]:
+    posted = await onebot.wait_for(lambda: next((a for a in onebot.actions[after:] if a["action"] == "send_private_msg"
+                                                 and "[approval " in reply_text(a)), None))
+    return reply_text(posted).split("[approval ", 1)[1][:6], posted
+
+
+async def test_approval_requests_go_to_the_owners_qq_and_only_the_owner_answers(
+    llm_daemon: Daemon, llm: FakeOpenAI, onebot: FakeOneBot
+) -> None:
+    await llm_daemon.identities.link("qq", str(ADA), owner=True)
+    await enable_qq(llm_daemon, ws_url=onebot.url)
+    await connected(llm_daemon, onebot)
+    llm.script(Turn.tool_calls([("files_write", {"path": "from-qq.txt", "content": "hello"})]),
+               Turn.text("Written."))
+    await onebot.send(onebot.group_message(GROUP, BOB, [at(onebot.self_id), text(" write a note")], nickname="Bob"))
+    rid, posted = await _approval_posted(onebot, 0)
+    assert posted["params"]["user_id"] == ADA, "the request went to the owner's own QQ, not to the group"
+    assert "files_write" in reply_text(posted) and f'"approve {rid}"' in reply_text(posted)
+
+    # Bob (in the group, and in a private chat he is not allowed in) cannot answer it
+    before = len(onebot.actions)
+    await onebot.send(onebot.group_message(GROUP, BOB, [at(onebot.self_id), text(f" approve {rid}")], nickname="Bob"))
+    refused = await onebot.wait_action("send_group_msg", after=before)
+    assert "Only the owner" in reply_text(refused) and refused["params"]["group_id"] == GROUP
+    assert [p["id"] for p in llm_daemon.approvals.pending()] == [rid], "still waiting for the owner"
+    log = await llm_daemon.approvals.decisions(10)
+    assert log[0]["decision"] == "answer_refused" and log[0]["by"] == f"qq:{BOB}", log[0]
+
+    # the owner approves from their own QQ: the answer is taken at once (the turn is waiting for it)
+    before = len(onebot.actions)
+    await onebot.send(onebot.private_message(ADA, f"approve {rid}"))
+    ack = await onebot.wait_action("send_private_msg", after=before)
+    assert reply_text(ack) == f"{rid}: allowed" and ack["params"]["user_id"] == ADA
+    done = await onebot.wait_action("send_group_msg", after=before)
+    assert reply_text(done) == "Written."
+    result = next(m for m in llm.requests[1].body["messages"] if m.get("role") == "tool")
+    assert "isError" not in result["content"] or '"isError": false' in result["content"], result
+    assert all("approve" not in str(r.body["messages"][-1]) for r in llm.requests), "the model never saw the answer"
+    decisions = await llm_daemon.approvals.decisions(10)
+    assert decisions[0]["decision"] == "allowed" and decisions[0]["by"] == "chat"
+
+    # the owner says no: the tool does not run
+    llm.script(Turn.tool_calls([("files_write", {"path": "second.txt", "content": "x"})]), Turn.text("Not written."))
+    before = len(onebot.actions)
+    await onebot.send(onebot.private_message(ADA, "write another"))
+    rid2, _ = await _approval_posted(onebot, before)
+    await onebot.send(onebot.private_message(ADA, f"拒绝 {rid2}"))
+    await onebot.wait_for(lambda: any(reply_text(a) == "Not written." for a in onebot.actions[before:]))
+    assert (await llm_daemon.approvals.decisions(1))[0]["decision"] == "denied"

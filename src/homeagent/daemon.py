@@ -33,6 +33,7 @@ from homeagent.agent.stages import StageHost
 from homeagent.agent.subagents import SubAgents
 from homeagent.agent.tools import ToolRegistry
 from homeagent.approvals import DEFAULT_ASK, ApprovalBroker, ApprovalPolicy, ApprovalStore, PolicyConfig
+from homeagent.approvals.chat import ChatApprovals
 from homeagent.approvals.desk import socket_methods as approval_methods
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
@@ -181,6 +182,10 @@ class Daemon:
             speakers=self.identities,
         )
         self.agent = Agent(self.io, self.runner)
+        # approval requests from a chat go to the owner's linked account there; the owner answers in that chat
+        self.chat_approvals = ChatApprovals(self.approvals, self.identities, self.channels)
+        self.approvals.chats = self.chat_approvals
+        self._undo.append(self.io.add_intake(self.chat_approvals.intake))
 
         def make_child_runner(tool_filter: Callable[[ToolDef], bool]) -> TurnRunner:
             # own context and own LLM slot: interrupts meant for the parent never cancel a child's call
@@ -781,6 +786,7 @@ class Daemon:
             ("socket", lambda: self.socket.close()),
             ("agent", lambda: self.agent.stop()),
             ("subagents", lambda: self.subagents.close()),
+            ("chat approvals", lambda: self.chat_approvals.close()),
             ("approvals", lambda: self.approvals.close()),
             ("plugins", lambda: self.plugins.stop_all()),
             ("plugin processes", lambda: self.supervisor.close()),
@@ -810,7 +816,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "plugin processes": "supervisor", "sandbox": "sandbox", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "chat approvals": "chat_approvals", "plugin processes": "supervisor", "sandbox": "sandbox", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

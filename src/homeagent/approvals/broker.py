@@ -4,11 +4,14 @@
   awaits; the event loop, the socket and the web UI keep serving, and the
   owner's answer arrives through them.
 * Only the owner answers. :meth:`ApprovalBroker.answer` takes an
-  :class:`OwnerPath`, and the daemon hands the broker to exactly two places:
-  the local socket (peer uid checked) and the web API (token or signed-in
-  session). There is no tool, stage field or plugin API that reaches it, so a
-  model, a sub-agent, a plugin or a stranger writing in a chat group cannot
-  approve anything; text such as "approve 3f9a2c" is just text to the model.
+  :class:`OwnerPath`, and the daemon hands the broker to exactly three places:
+  the local socket (peer uid checked), the web API (token or signed-in
+  session) and the chat intake (approvals/chat.py: "approve 3f9a2c" from a
+  chat account the owner linked to themself, taken before any turn sees it).
+  There is no tool, stage field or plugin API that reaches it, so a model, a
+  sub-agent, a plugin or a stranger writing in a chat group cannot approve
+  anything; from anyone but the owner's linked account such text is refused
+  and logged, or is just text to the model.
 * No answer is a *no*: after ``core.approvals.timeout`` the call is denied.
 * Some calls only the owner may allow, one at a time (``OWNER_ACTIONS``:
   installing, removing, enabling plugins): they always ask, "always" stores
@@ -58,6 +61,7 @@ class OwnerPath(enum.StrEnum):
 
     SOCKET = "socket"
     WEB = "web"
+    CHAT = "chat"  # the owner's own linked chat account (approvals/chat.py)
 
 
 class ApprovalError(ValueError):
@@ -66,6 +70,12 @@ class ApprovalError(ValueError):
 
 class Publisher(Protocol):
     def publish(self, type_: str, data: dict[str, Any]) -> Any: ...
+
+
+class ChatPoster(Protocol):
+    """Posts a request to the owner's chat accounts (approvals/chat.py)."""
+
+    async def post(self, request: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -109,6 +119,7 @@ class ApprovalBroker:
         self.store = store
         self.events = events
         self.notify = notify  # reaches attached terminal clients when the turn has no client of its own
+        self.chats: ChatPoster | None = None  # the owner's chat accounts; set once identities are loaded
         self._pending: dict[str, PendingApproval] = {}
         self._denied: OrderedDict[tuple[str, str, str], str] = OrderedDict()
 
@@ -150,6 +161,11 @@ class ApprovalBroker:
                 await self.notify({"type": "approval_request", **shown})
             except Exception:
                 log.exception("approval %s: notifying terminal clients failed", request.id)
+        if self.chats is not None:
+            try:
+                await self.chats.post(shown)
+            except Exception:
+                log.exception("approval %s: posting it to the owner's chat failed", request.id)
         started = time.perf_counter()
         decision, by, note = "timeout", "", ""
         try:
@@ -202,6 +218,23 @@ class ApprovalBroker:
     # -- the owner's desk ---------------------------------------------------------
     def pending(self) -> list[dict[str, Any]]:
         return [p.to_dict() for p in self._pending.values()]
+
+    def is_pending(self, request_id: str) -> bool:
+        request = self._pending.get(request_id)
+        return request is not None and not request.future.done()
+
+    async def log_refused_answer(self, request_id: str, channel: str, user_id: str) -> None:
+        """Log an answer from someone who is not the owner (the request stays pending)."""
+        request = self._pending.get(request_id)
+        entry = {"ts": time.time(), "request": request_id, "tool": request.tool if request else "",
+                 "subject": request.subject[:2000] if request else "",
+                 "arguments": request.arguments if request else {}, "user_id": user_id, "channel": channel,
+                 "source": "chat", "decision": "answer_refused", "by": f"{channel}:{user_id}",
+                 "reason": "not the owner's linked account", "waited_ms": 0.0}
+        try:
+            await asyncio.to_thread(self.store.log, entry)
+        except Exception:
+            log.exception("logging a refused approval answer for %s failed", request_id)
 
     async def answer(self, request_id: str, allow: bool, *, by: OwnerPath, always: bool = False,
                      pattern: str = "") -> dict[str, Any]:
