@@ -227,3 +227,21 @@ async def test_approval_requests_go_to_the_owners_qq_and_only_the_owner_answers(
     await onebot.send(onebot.private_message(ADA, f"拒绝 {rid2}"))
     await onebot.wait_for(lambda: any(reply_text(a) == "Not written." for a in onebot.actions[before:]))
     assert (await llm_daemon.approvals.decisions(1))[0]["decision"] == "denied"
+
+
+async def test_a_reminder_for_qq_never_joins_a_turn_in_another_chat(
+    llm_daemon: Daemon, llm: FakeOpenAI, onebot: FakeOneBot
+) -> None:
+    await enable_qq(llm_daemon, ws_url=onebot.url)
+    await connected(llm_daemon, onebot)
+    llm.script(Turn.tool_calls([("timer_set", {"duration": "1s", "message": "call mum"})]), Turn.text("Set."))
+    await onebot.send(onebot.private_message(ADA, "remind me in a second to call mum"))
+    ack = await onebot.wait_action("send_private_msg")
+    story = "once upon a time " * 20
+    llm.script(Turn.slow(story, chunks=20, delay=0.15), Turn.text("Call your mum, Ada!"))
+    result = await llm_daemon.io.inject_sync("cli", "cli", "tell me a long story", timeout=30)  # fires meanwhile
+    assert result.ok and result.text == story, "the terminal's turn was not interrupted by Ada's reminder"
+    reminder = await onebot.wait_action("send_private_msg", after=onebot.actions.index(ack) + 1)
+    assert reply_text(reminder) == "Call your mum, Ada!" and reminder["params"]["user_id"] == ADA
+    story_requests = [r for r in llm.requests if "tell me a long story" in json.dumps(r.body["messages"][-1])]
+    assert len(story_requests) == 1 and "timer: call mum" not in json.dumps(story_requests[0].body, ensure_ascii=False)
