@@ -234,7 +234,9 @@ class TurnRunner:
         if turn.message.media:  # the media turn path: images go to the model with this input
             user_content = await self._media_content(ctx, turn)
         user_text = ctx.raw_message
-        history = [] if turn.consolidation else await self.memory.history(user_text, ctx.channel, group_id=ctx.group_id)
+        history = [] if turn.consolidation else await self.memory.history(
+            user_text, ctx.channel, group_id=ctx.group_id, speaker=ctx.speaker
+        )
         ctx.context_msgs = list(history)
         if await self.stages.run(Stage.PRE_ACTION, ctx):
             return ctx.response or ""
