@@ -245,7 +245,8 @@ class TurnRunner:
             # the fifth tool source: offered only while this turn has images the model could not see
             look = media_look_def()
             tool_defs, openai_tools = [*tool_defs, look], [*openai_tools, look.to_openai()]
-        system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs))
+        speaker = ctx.speaker if ctx.user_id else ""  # the owner's own CLI/web turns need no introduction
+        system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs, speaker=speaker))
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *ctx.context_msgs,

@@ -40,6 +40,10 @@ current message came from). For long tasks, send a short acknowledgement first t
 Long replies: chat channels (QQ) split them into several messages at their length limit, at paragraph or sentence
 ends and never inside a code block, so you need not shorten or cut them yourself; keep chat replies short anyway."""
 
+SPEAKER_RULE = """【说话人】
+The current message is from {speaker} (the person behind this chat account; memory keeps what they say as theirs,
+person_query "{speaker}" shows what is known about them). In a group, others may be talking too: keep people apart."""
+
 SectionFn = Callable[["PromptInputs"], Awaitable[str | None] | str | None]
 
 
@@ -48,6 +52,7 @@ class PromptInputs:
     user_text: str
     channel: str = ""
     tools: list[ToolDef] = field(default_factory=list)
+    speaker: str = ""  # the person writing from a chat account (empty for the owner's own CLI and web UI)
 
 
 @dataclass
@@ -131,6 +136,8 @@ class PromptBuilder:
         parts.extend(t for t in texts if t)
         parts.append(INTERRUPT_RULES)
         parts.append(OUTPUT_RULES)
+        if inputs.speaker:
+            parts.append(SPEAKER_RULE.format(speaker=inputs.speaker))
         if inputs.tools:
             parts.append(self._tool_list_text(inputs.tools))
         parts.append(f"Current time: {time.strftime('%Y-%m-%d %H:%M %Z')}")
