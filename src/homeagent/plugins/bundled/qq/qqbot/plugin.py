@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,11 @@ QUOTE_CHARS = 200
 RECONNECT_WAIT = 30.0
 """How long a reply waits for a lost OneBot connection to come back before it is given up."""
 SENT_KEPT = 2000
+SETTINGS_EVERY = 2.0
+"""How often settings are read again (allow-lists and reply settings apply without a restart)."""
+RESTART_FIELDS = ("mode", "ws_url", "access_token", "reverse_host", "reverse_port", "http_api_url", "http_secret",
+                  "queue_size", "reconnect_max")
+"""Settings that apply when the plugin starts (``plugin reload qq``): the connection, the queue."""
 
 
 def _defs() -> list[ConfigDef]:
@@ -298,7 +303,8 @@ class QQPlugin:
             )
         else:
             link = self.link.run_forward(cfg.ws_url, cfg.access_token, backoff_max=float(cfg.reconnect_max))
-        self._tasks = [asyncio.create_task(link), asyncio.create_task(self._feed()), asyncio.create_task(self._post())]
+        self._tasks = [asyncio.create_task(link), asyncio.create_task(self._feed()), asyncio.create_task(self._post()),
+                       asyncio.create_task(self._follow_settings())]
         if not cfg.allowed_users and not cfg.allowed_groups:
             self.log.warning("plugin.qq.allowed_users and allowed_groups are empty: every QQ message is ignored")
 
@@ -309,6 +315,36 @@ class QQPlugin:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+
+    async def _follow_settings(self) -> None:
+        """Apply changed settings within ``SETTINGS_EVERY`` seconds, without a restart.
+
+        Who may talk (allow-lists, keywords) and how replies are sent take
+        effect at once; where the plugin connects and the queue size need
+        ``plugin reload qq``, and the log says so.
+        """
+        sdk = self.sdk
+        assert sdk is not None
+        told: QQSettings | None = None
+        while True:
+            await asyncio.sleep(SETTINGS_EVERY)
+            try:
+                new = await asyncio.to_thread(QQSettings.read, sdk.settings.get)
+            except Exception as e:  # the daemon is busy or going away: try again next time
+                self.log.debug("reading settings failed: %s", e)
+                continue
+            old = self.cfg
+            kept = {f: getattr(old, f) for f in RESTART_FIELDS}
+            live = replace(new, **kept)
+            if live != old:
+                if live.rate_per_minute != old.rate_per_minute:
+                    self._pacer = Pacer(live.rate_per_minute)
+                self.cfg = live
+                self.log.info("settings changed; applied")
+            pending = replace(old, **{f: getattr(new, f) for f in RESTART_FIELDS})
+            if pending != old and pending != told:
+                told = pending
+                self.log.warning("connection settings changed: run `homeagent plugin reload qq` to apply them")
 
     def _status(self, state: str, detail: str) -> None:
         if (state, detail) == self.state:
