@@ -56,7 +56,7 @@ async def test_two_people_in_one_group_each_keep_their_own_facts(daemon: Daemon,
     await _ask(fake, CY, "I live in Rome", "Cy")  # nobody linked this account
 
     said = {e.input.split("] ", 1)[-1].strip(): event_speaker(e) for e in daemon.context.timeline() if e.kind == "user"}
-    assert said == {"I live in Oslo": "Ada", "I live in Paris": "Bob", "I live in Rome": f"Cy (qq:{CY})"}, said
+    assert said == {"I live in Oslo": "Ada", "I live in Paris": "Bob", "I live in Rome": f"qq:{CY}"}, said
 
     await daemon.distiller.run_once()
     ada = await tool(daemon, "person_query", {"name": "Ada"})
@@ -67,13 +67,25 @@ async def test_two_people_in_one_group_each_keep_their_own_facts(daemon: Daemon,
     owner = await tool(daemon, "person_query", {"name": "user"})
     assert "Oslo" not in str(owner.result) and "Paris" not in str(owner.result), "not the owner's facts"
 
+    # linking an account later carries what was learned about it over to the person
+    before = await tool(daemon, "person_query", {"name": f"qq:{CY}"})
+    assert "Rome" in str(before.result), before.result
+    linked_cy = await run_cli(data, "identity", "link", "qq", str(CY), "Cy")
+    assert linked_cy.code == 0, linked_cy
+    cy = await tool(daemon, "person_query", {"name": "Cy"})
+    assert cy.status == "ok" and "Rome" in str(cy.result), cy.result
+    # re-linking moves nothing: Bob's facts never become Ada's
+    assert (await run_cli(data, "identity", "link", "qq", str(BOB), "Ada")).code == 0
+    assert "Paris" not in str((await tool(daemon, "person_query", {"name": "Ada"})).result)
+    assert (await run_cli(data, "identity", "link", "qq", str(BOB), "Bob")).code == 0
+
     listed = await run_cli(data, "identity", "list")
     assert f"qq:{ADA}" in listed.out and "Ada" in listed.out and "Bob" in listed.out, listed.out
     gone = await run_cli(data, "identity", "unlink", "qq", str(BOB))
     assert gone.code == 0
     again = await run_cli(data, "identity", "unlink", "qq", str(BOB))
     assert again.code == 1 and "not linked" in again.err
-    assert daemon.identities.speaker("qq", str(BOB), "bobby") == f"bobby (qq:{BOB})"
+    assert daemon.identities.speaker("qq", str(BOB), "bobby") == f"qq:{BOB}"
 
 
 async def test_the_owners_own_account_speaks_as_the_owner(daemon: Daemon, fake: FakeOneBot) -> None:

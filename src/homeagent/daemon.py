@@ -363,6 +363,7 @@ class Daemon:
             lambda: Identities.open(ids_path, lambda: cfg.get_str("core.memory.owner_name", "")),
             kept="memory is",
         )
+        self.identities.renamed = self._carry_over
         for name, fn in self.identities.methods().items():
             self.socket.add_method(name, self._rpc_guard(fn))
         # facts a person states are about that person (ctx.speaker): two people in one group never share a "user"
@@ -511,6 +512,15 @@ class Daemon:
             log.exception("warming up memory failed; retrieval falls back to what is loaded")
             return
         log.info("memory ready in %.1fs (embedder %s)", time.perf_counter() - started, self.embedder.name)
+
+    async def _carry_over(self, account: str, person: str) -> None:
+        """A chat account was linked to a person: what the graph knows about ``qq:10001`` becomes the person's."""
+        if await self.graph.entity(account) is None:
+            return
+        if await self.graph.entity(person) is None:
+            await self.graph.add_alias(account, person)  # the person is that entity from now on
+        else:
+            await self.graph.merge_entities(account, person)
 
     async def _stop_memory(self) -> None:
         if getattr(self, "_warmup", None) is not None:

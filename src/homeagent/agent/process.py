@@ -246,7 +246,10 @@ class TurnRunner:
             look = media_look_def()
             tool_defs, openai_tools = [*tool_defs, look], [*openai_tools, look.to_openai()]
         speaker = ctx.speaker if ctx.user_id else ""  # the owner's own CLI/web turns need no introduction
-        system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs, speaker=speaker))
+        nickname = " ".join(turn.message.options.user_name.split())
+        system = await self.prompt.build(
+            PromptInputs(user_text, ctx.channel, tool_defs, speaker=speaker, nickname=nickname if speaker else "")
+        )
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *ctx.context_msgs,

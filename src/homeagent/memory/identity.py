@@ -14,8 +14,10 @@ whoever spoke last in the group). This module is that mapping:
   UI, the owner's own timers) are the owner, and so is every account linked
   to the owner. The owner's name is ``core.memory.owner_name`` (default
   ``user``, the name the memory graph has always used for its owner).
-* An account nobody linked speaks under its display name and account
-  (``Ada (qq:10001)``): two strangers who share a nickname stay two people.
+* An account nobody linked speaks as ``qq:10001``: a name that never changes
+  (group cards and nicknames do, and two strangers may share one). Linking
+  it later carries what memory learned about ``qq:10001`` over to the person
+  (``renamed``: the daemon merges the graph entities).
 
 Lookups are synchronous dictionary reads (once per turn, on the event loop);
 writes go to SQLite off the loop and then replace the dictionary.
@@ -24,13 +26,16 @@ writes go to SQLite off the loop and then replace the dictionary.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger("homeagent.identity")
 
 OWNER = "@owner"
 """What the table stores for a link to the owner, so renaming the owner needs no re-linking."""
@@ -119,9 +124,15 @@ class IdentityStore:
 class Identities:
     """The daemon's resolver: who a ``(channel, user id)`` is, and the owner's linked accounts."""
 
-    def __init__(self, store: IdentityStore, owner_name: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        store: IdentityStore,
+        owner_name: Callable[[], str],
+        renamed: Callable[[str, str], Awaitable[Any]] | None = None,
+    ) -> None:
         self._store = store
         self._owner_name = owner_name
+        self.renamed = renamed  # (the account's own name, the person's): carry memory over on a first link
         self._links: dict[tuple[str, str], Link] = {(k.channel, k.account): k for k in store.all()}
         self._write = asyncio.Lock()
 
@@ -135,14 +146,17 @@ class Identities:
         return display_name(self._owner_name() or "") or DEFAULT_OWNER_NAME
 
     def speaker(self, channel: str, user_id: str, user_name: str = "") -> str:
-        """The person speaking: the owner without a user id, the linked person, else name and account."""
+        """The person speaking: the owner without a user id, the linked person, else the account itself.
+
+        ``user_name`` (a nickname) is not part of the name: it changes, and
+        strangers share them; the prompt shows it beside the name.
+        """
         if not user_id:
             return self.owner_name()
         link = self._links.get((channel, user_id))
         if link is not None:
             return self.owner_name() if link.person == OWNER else link.person
-        name = display_name(user_name)
-        return f"{name} ({channel}:{user_id})" if name else f"{channel}:{user_id}"
+        return f"{channel}:{user_id}"
 
     def is_linked_owner(self, channel: str, user_id: str) -> bool:
         """An account the owner linked to themself. Never true for an input without a user id: that is
@@ -169,10 +183,18 @@ class Identities:
             if stored.startswith("@") or stored.casefold() == self.owner_name().casefold():
                 raise IdentityError(f"{stored!r} is the owner's name or reserved; use --owner to link your own account")
         link = Link(channel, account, stored, time.time())
+        first = (channel, account) not in self._links
         async with self._write:
             await asyncio.to_thread(self._store.put, link)
             self._links[(channel, account)] = link
-        return link.to_dict(self.owner_name())
+        out = link.to_dict(self.owner_name())
+        if first and self.renamed is not None:  # never on a re-link: Ada's memories must not become Bob's
+            try:
+                await self.renamed(f"{channel}:{account}", out["person"])
+            except Exception as exc:  # the link stands; what was learned before stays under the account's name
+                log.warning("carrying memory of %s:%s over to %s failed: %s", channel, account, out["person"], exc)
+                out["note"] = f"memory about {channel}:{account} stays under that name ({exc})"
+        return out
 
     async def unlink(self, channel: str, account: str) -> dict[str, Any]:
         channel, account = _check(channel, account)
