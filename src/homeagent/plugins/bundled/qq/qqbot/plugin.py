@@ -112,6 +112,13 @@ def _defs() -> list[ConfigDef]:
     ]
 
 
+def _flag(raw: Any) -> bool:
+    """A bool setting, also when it comes as text ("false" is false)."""
+    if isinstance(raw, str):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    return bool(raw)
+
+
 def _ids(raw: Any) -> frozenset[str]:
     return frozenset(p.strip() for p in str(raw or "").replace("，", ",").split(",") if p.strip())
 
@@ -157,7 +164,7 @@ class QQSettings:
             allowed_users=_ids(get("allowed_users", "")),
             allowed_groups=_ids(get("allowed_groups", "")),
             group_keywords=tuple(k.lower() for k in _ids(get("group_keywords", ""))),
-            remember_unaddressed=bool(get("remember_unaddressed", False)),
+            remember_unaddressed=_flag(get("remember_unaddressed", False)),
             max_message_chars=num("max_message_chars", d.max_message_chars),
             reply_style="paragraphs" if str(get("reply_style", d.reply_style)) == "paragraphs" else "whole",
             max_parts=num("max_parts", d.max_parts),
@@ -329,7 +336,8 @@ class QQPlugin:
         while True:
             await asyncio.sleep(SETTINGS_EVERY)
             try:
-                new = await asyncio.to_thread(QQSettings.read, sdk.settings.get)
+                stored = await asyncio.to_thread(sdk.settings.list)  # one call: the values set, by key
+                new = QQSettings.read(stored.get)
             except Exception as e:  # the daemon is busy or going away: try again next time
                 self.log.debug("reading settings failed: %s", e)
                 continue
