@@ -164,7 +164,7 @@ async def test_a_reply_can_be_several_messages_and_long_ones_are_split_with_care
     assert "".join(s.replace("\n", "").replace(" ", "") for s in sent[1:]) == long_reply.replace("\n", "").replace(" ", "")
     system = llm.requests[0].body["messages"][0]["content"]
     assert "Several messages" in system and "never inside a code block" in system, "the output rules say so"
-    assert f"The current message is from qq:{ADA} " in system and "in this chat is 'Ada'" in system, "who writes"
+    assert f"The current message is from qq:{ADA} " in system, "the model is told who is writing"
     listed = json.loads(next(m for m in llm.requests[1].body["messages"] if m.get("role") == "tool")["content"])
     assert listed["this_chat"] == {"channel": "qq", "user_id": str(ADA)}
 

@@ -245,11 +245,10 @@ class TurnRunner:
             # the fifth tool source: offered only while this turn has images the model could not see
             look = media_look_def()
             tool_defs, openai_tools = [*tool_defs, look], [*openai_tools, look.to_openai()]
-        speaker = ctx.speaker if ctx.user_id else ""  # the owner's own CLI/web turns need no introduction
-        nickname = " ".join(turn.message.options.user_name.split())
-        system = await self.prompt.build(
-            PromptInputs(user_text, ctx.channel, tool_defs, speaker=speaker, nickname=nickname if speaker else "")
-        )
+        # who writes from a chat account; the owner's own CLI/web turns need no introduction. Only the linked
+        # name or the account id goes into the system prompt: a nickname is anyone's text (it is in the header)
+        speaker = ctx.speaker if ctx.user_id else ""
+        system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs, speaker=speaker))
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *ctx.context_msgs,

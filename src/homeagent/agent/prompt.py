@@ -43,7 +43,6 @@ ends and never inside a code block, so you need not shorten or cut them yourself
 SPEAKER_RULE = """【说话人】
 The current message is from {speaker} (the person behind this chat account; memory keeps what they say as theirs,
 person_query "{speaker}" shows what is known about them). In a group, others may be talking too: keep people apart."""
-SPEAKER_NICKNAME = " Their name in this chat is {nickname!r}."
 
 SectionFn = Callable[["PromptInputs"], Awaitable[str | None] | str | None]
 
@@ -54,7 +53,6 @@ class PromptInputs:
     channel: str = ""
     tools: list[ToolDef] = field(default_factory=list)
     speaker: str = ""  # the person writing from a chat account (empty for the owner's own CLI and web UI)
-    nickname: str = ""  # their display name in that chat, when it differs
 
 
 @dataclass
@@ -138,11 +136,8 @@ class PromptBuilder:
         parts.extend(t for t in texts if t)
         parts.append(INTERRUPT_RULES)
         parts.append(OUTPUT_RULES)
-        if inputs.speaker:
-            rule = SPEAKER_RULE.format(speaker=inputs.speaker)
-            if inputs.nickname and inputs.nickname != inputs.speaker:
-                rule += SPEAKER_NICKNAME.format(nickname=inputs.nickname[:60])
-            parts.append(rule)
+        if inputs.speaker:  # a linked name (set by the owner) or a chat account id, never a nickname
+            parts.append(SPEAKER_RULE.format(speaker=inputs.speaker))
         if inputs.tools:
             parts.append(self._tool_list_text(inputs.tools))
         parts.append(f"Current time: {time.strftime('%Y-%m-%d %H:%M %Z')}")
