@@ -256,10 +256,12 @@ class InjectOptions:
     its reply goes to the channel it was set from, with ``user_id`` and
     ``group_id`` saying which chat there).
 
-    ``user_name`` is the sender's display name on the channel (a chat
-    nickname): memory names an account nobody linked to a person by it
-    (``homeagent identity``), so what two people in one group said is never
-    remembered as said by the same "user".
+    ``user_id`` says who wrote it on a chat channel: memory's speaker is the
+    person the owner linked that account to (``homeagent identity``), else
+    ``channel:user_id``, so what two people in one group said is never
+    remembered as said by the same "user". ``user_name`` is their display
+    name there (a nickname): carried along, never used as a name (nicknames
+    change, and are anyone's text).
     """
 
     no_memory: bool = False
