@@ -11,6 +11,8 @@ tool call, and the input it injects later is delivered back to the QQ chat.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
+from homeagent.sdk.types import ToolCall
 from tests.fakes.llm_openai import FakeOpenAI, Turn
 from tests.fakes.onebot import FakeOneBot, at, text
 from tests.test_qq_e2e import ADA, BOB, GROUP, connected, enable_qq, reply_text
@@ -246,3 +249,60 @@ async def test_a_reminder_for_qq_never_joins_a_turn_in_another_chat(
     assert reply_text(reminder) == "Call your mum, Ada!" and reminder["params"]["user_id"] == ADA
     story_requests = [r for r in llm.requests if "tell me a long story" in json.dumps(r.body["messages"][-1])]
     assert len(story_requests) == 1 and "timer: call mum" not in json.dumps(story_requests[0].body, ensure_ascii=False)
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + bytes(range(100))
+
+
+@pytest.fixture
+async def image_server() -> AsyncIterator[str]:
+    from aiohttp import web
+
+    async def png(_: web.Request) -> web.Response:
+        return web.Response(body=PNG, content_type="image/png")
+
+    app = web.Application()
+    app.router.add_get("/img.png", png)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_image_in_a_qq_message_reaches_the_model(
+    llm_daemon: Daemon, llm: FakeOpenAI, onebot: FakeOneBot, image_server: str
+) -> None:
+    for key, value in {"base_url": llm.base_url, "adapter": "openai", "model": "m", "api_key": "sk-eyes-0123456789",
+                       "vision": True, "priority": 10}.items():
+        llm_daemon.config.set(f"core.llm.sources.eyes.{key}", value)
+    await llm_daemon.llm.reload()
+    await enable_qq(llm_daemon, ws_url=onebot.url, images_to_model="any")
+    await connected(llm_daemon, onebot)
+    llm.script(Turn.text("A tiny picture."))
+    image = {"type": "image", "data": {"file": "abc.png", "url": f"{image_server}/img.png"}}
+    await onebot.send(onebot.private_message(ADA, [text("what is this? "), image]))
+    sent = await onebot.wait_action("send_private_msg")
+    assert reply_text(sent) == "A tiny picture."
+    parts = llm.requests[-1].body["messages"][-1]["content"]
+    assert isinstance(parts, list) and {"type": "image_url", "image_url": {
+        "url": "data:image/png;base64," + base64.b64encode(PNG).decode()}} in parts, parts
+    status = (await llm_daemon.tools.execute(ToolCall("s", "qq_status", {}))).result
+    assert status["images"] == 1 and status["image_errors"] == 0
+
+    # by default only public addresses are fetched: a loopback URL is refused, the text still arrives
+    llm_daemon.config.set_plugin("qq", "images_to_model", "public")
+    await asyncio.sleep(2.5)  # settings are read again every 2 s
+    llm.script(Turn.text("I cannot see it."))
+    before = len(onebot.actions)
+    await onebot.send(onebot.private_message(ADA, [text("and this? "), image]))
+    again = await onebot.wait_action("send_private_msg", after=before)
+    assert reply_text(again) == "I cannot see it."
+    last = llm.requests[-1].body["messages"][-1]["content"]
+    assert isinstance(last, str) and f"[图片 {image_server}/img.png]" in last
+    status = (await llm_daemon.tools.execute(ToolCall("s", "qq_status", {}))).result
+    assert status["images"] == 1 and status["image_errors"] == 1
