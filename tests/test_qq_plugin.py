@@ -207,3 +207,18 @@ def test_paragraph_replies_are_one_message_each() -> None:
     assert split_paragraphs(reply, 500) == ["First thought.", "Second thought.", "```\na = 1\n\nb = 2\n```", "Last."]
     many = "\n\n".join(f"p{i}" for i in range(30))
     assert split_paragraphs(many, 500, max_parts=8) == [many], "too many paragraphs: fewer, fuller messages"
+
+
+async def test_images_are_fetched_from_public_addresses_only_unless_allowed() -> None:
+    from qqbot.images import ImageFetcher
+
+    fetcher = ImageFetcher(allow_private=False, max_bytes=1000)
+    try:
+        for url, why in (("http://127.0.0.1:9/a.png", "not a public address"),
+                         ("http://[::1]:9/a.png", "not a public address"),
+                         ("http://localhost:9/a.png", "no public address"),  # a name that resolves to loopback
+                         ("file:///etc/passwd", r"not an http\(s\) image URL")):
+            with pytest.raises(Exception, match=why):
+                await fetcher.fetch(url)
+    finally:
+        await fetcher.close()

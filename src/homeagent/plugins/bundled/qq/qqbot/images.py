@@ -93,17 +93,20 @@ class ImageFetcher:
             raise ValueError(f"{host} is not a public address; images are fetched from public addresses only "
                              "(plugin.qq.images_to_model)")
         session = await self._client()
-        async with session.get(url, allow_redirects=False) as resp:
-            if resp.status != 200:
-                raise ValueError(f"the image server answered HTTP {resp.status}")
-            if resp.content_length is not None and resp.content_length > self.max_bytes:
-                raise ValueError(f"the image is {resp.content_length} bytes, more than {self.max_bytes}")
-            data = bytearray()
-            async for chunk in resp.content.iter_chunked(65536):
-                data += chunk
-                if len(data) > self.max_bytes:
-                    raise ValueError(f"the image is more than {self.max_bytes} bytes")
-            mime = resp.content_type if resp.content_type.startswith("image/") else ""
+        try:
+            async with session.get(url, allow_redirects=False) as resp:
+                if resp.status != 200:
+                    raise ValueError(f"the image server answered HTTP {resp.status}")
+                if resp.content_length is not None and resp.content_length > self.max_bytes:
+                    raise ValueError(f"the image is {resp.content_length} bytes, more than {self.max_bytes}")
+                data = bytearray()
+                async for chunk in resp.content.iter_chunked(65536):
+                    data += chunk
+                    if len(data) > self.max_bytes:
+                        raise ValueError(f"the image is more than {self.max_bytes} bytes")
+                mime = resp.content_type if resp.content_type.startswith("image/") else ""
+        except aiohttp.ClientConnectorError as e:  # say why (the resolver's refusal), not just "cannot connect"
+            raise OSError(f"{host}: {e.os_error}") from None
         if not data:
             raise ValueError("the image is empty")
         return MediaBlock(mime=mime, data=bytes(data), description=f"QQ image {url[:200]}")
