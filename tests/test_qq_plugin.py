@@ -222,3 +222,14 @@ async def test_images_are_fetched_from_public_addresses_only_unless_allowed() ->
                 await fetcher.fetch(url)
     finally:
         await fetcher.close()
+
+
+def test_what_counts_as_an_answer_to_an_approval_request() -> None:
+    from homeagent.approvals.chat import parse_answer
+
+    assert parse_answer("approve 3f9a2c") == (True, "3f9a2c", False)
+    assert parse_answer("[QQ 私聊 · Ada(10001)]  Approve #3F9A2C always.") == (True, "3f9a2c", True)
+    assert parse_answer("[QQ 群 777 · Ada(10001)] 拒绝 3f9a2c") == (False, "3f9a2c", False)
+    assert parse_answer("deny 3f9a2c always") == (False, "3f9a2c", False), "always goes with approve only"
+    for chat in ("no cafe12", "approve 3f9a2c please, and also rm -rf", "I approve 3f9a2c", "approve 3f9a2", ""):
+        assert parse_answer(chat) is None, chat

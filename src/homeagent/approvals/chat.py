@@ -35,11 +35,11 @@ log = logging.getLogger("homeagent.approvals")
 
 _ANSWER = re.compile(
     r"^\s*(?:\[[^\]\n]{0,200}\]\s*)*"  # a chat plugin's header: [QQ 私聊 · Ada(10001)]
-    r"(approve|allow|yes|批准|同意|允许|deny|reject|no|拒绝|不同意)\s*#?\s*([0-9a-f]{6})"
+    r"(approve|allow|批准|同意|允许|deny|reject|拒绝|不同意)\s*#?\s*([0-9a-f]{6})"  # not yes/no: everyday words
     r"(?:\s+(always|总是|始终))?\s*[.!。！]?\s*$",
     re.I,
 )
-_ALLOW = frozenset({"approve", "allow", "yes", "批准", "同意", "允许"})
+_ALLOW = frozenset({"approve", "allow", "批准", "同意", "允许"})
 
 
 class OwnerAccounts(Protocol):
