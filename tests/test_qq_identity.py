@@ -101,3 +101,14 @@ async def test_the_owners_own_account_speaks_as_the_owner(daemon: Daemon, fake: 
     speakers = [event_speaker(e) for e in daemon.context.timeline() if e.kind == "user"]
     assert speakers == ["Zed"]
     await asyncio.sleep(0)
+
+
+async def test_bad_links_get_a_clear_error_and_change_nothing(daemon: Daemon) -> None:
+    data = daemon.paths.root
+    for args, why in ((("qq q", "1", "Ada"), "channel must be"), (("qq", "1 2", "Ada"), "account must be"),
+                      (("qq", "10001"), "name the person"), (("qq", "10001", "@owner"), "reserved"),
+                      (("qq", "10001", "Ada", "--owner"), "not both")):
+        result = await run_cli(data, "identity", "link", *args)
+        assert result.code != 0 and why in result.err + result.out, (args, result)
+    assert daemon.identities.links() == []
+    assert "no linked accounts" in (await run_cli(data, "identity", "list")).out

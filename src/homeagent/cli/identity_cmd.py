@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 from typing import Any
 
@@ -56,7 +57,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_link(args: argparse.Namespace) -> int:
     if args.owner and args.person:
-        print("homeagent: give a person's name or --owner, not both")
+        print("homeagent: give a person's name or --owner, not both", file=sys.stderr)
         return 2
     result = _rpc(args, "identity.link", {"channel": args.channel, "account": args.account,
                                           "person": args.person, "owner": bool(args.owner)})
