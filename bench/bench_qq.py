@@ -156,8 +156,51 @@ async def main(rounds: int, quick: bool) -> None:
             await fake.close()
 
 
+def per_call_us(fn: Any, n: int) -> float:
+    started = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - started) / n * 1e6
+
+
+def costs(quick: bool) -> None:
+    """Table 3: what the per-message work added for identities, chat approvals and careful splitting costs."""
+    sys.path.insert(0, str(ROOT / "src" / "homeagent" / "plugins" / "bundled" / "qq"))
+    from qqbot.message import split_paragraphs, split_text
+
+    from homeagent.approvals.chat import parse_answer
+    from homeagent.memory.identity import Identities, IdentityStore
+
+    n = 200 if quick else 2000
+    code = "```python\n" + "\n".join(f"value_{i} = compute({i})  # step {i}" for i in range(60)) + "\n```"
+    prose = " ".join(f"这是第{i}句话，说明一件事。" if i % 2 else f"Sentence {i} says one thing." for i in range(150))
+    reply = prose[:2000] + "\n\n" + code + "\n\n" + prose[2000:]
+    runaway = "z" * 100_000
+    with tempfile.TemporaryDirectory(prefix="ha-ids-") as tmp:
+        ids = Identities(IdentityStore(Path(tmp) / "ids.db"), lambda: "")
+        plain = {("qq", str(10000 + i)): f"person {i}" for i in range(1000)}
+        rows = [
+            [f"split a {len(reply):,}-char reply with a code block (limit 1500)",
+             f"{per_call_us(lambda: split_text(reply, 1500, 8), n):.1f}",
+             f"{per_call_us(lambda: [reply[i:i + 1500] for i in range(0, len(reply), 1500)], n):.1f}",
+             "fixed-width slicing"],
+            ["… one message per paragraph", f"{per_call_us(lambda: split_paragraphs(reply, 1500, 8), n):.1f}",
+             f"{per_call_us(lambda: reply.split(chr(10) * 2), n):.1f}", "str.split on blank lines"],
+            ["split a 100,000-char runaway reply (8 parts)", f"{per_call_us(lambda: split_text(runaway, 1500, 8), n):.1f}",
+             f"{per_call_us(lambda: [runaway[i:i + 1500] for i in range(0, 12000, 1500)], n):.1f}",
+             "fixed-width slicing"],
+            ["who is speaking (identity lookup)", f"{per_call_us(lambda: ids.speaker('qq', '10001', 'Ada'), n * 50):.2f}",
+             f"{per_call_us(lambda: plain.get(('qq', '10001')), n * 50):.2f}", "a dict lookup"],
+            ["approval-answer check of an ordinary chat message",
+             f"{per_call_us(lambda: parse_answer('[QQ 私聊 · Ada(10001)] what is the weather tomorrow?'), n * 50):.2f}",
+             "0", "no check"],
+        ]
+    table("3. per-message work (µs per call; baseline in the same run)", ["what", "µs", "baseline µs", "baseline"], rows)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     asyncio.run(main(15 if args.quick else 60, args.quick))
+    costs(args.quick)

@@ -263,6 +263,9 @@ async def test_theme_language_and_other_pages(stack: Stack) -> None:
     await page.click("#theme-toggle")
     page = await stack.show("overview")
     await expect(page.locator("#event-log .event").first).to_be_visible()
+    sandbox = stack.web.daemon.sandbox.status()  # the Sandbox tile says what the daemon says, orange when unconfined
+    await expect(page.locator("#overview-sandbox .stat-value")).to_have_text(sandbox["summary"])
+    assert await page.locator("#overview-sandbox.warn").count() == (0 if sandbox["confined"] else 1)
     await shot(page, "overview")
     page = await stack.show("plugins")
     row = page.locator("tr[data-plugin='luademo']")

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from homeagent.builtin.agentcli import KEYS, clean, session_pids
+from homeagent.confine import python_paths
 from homeagent.io.manager import InputMessage
 from homeagent.plugins.services import PluginServices
 from tests.fakes.builtins_host import attached, llm_daemon, started, tool_messages, tool_value
@@ -195,6 +196,8 @@ async def test_big_output_is_bounded_and_flagged(services: PluginServices) -> No
 
 async def test_through_the_agent_loop(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     async with FakeOpenAI() as fake, llm_daemon(data_dir, fake, monkeypatch) as d, attached(d, "agentcli"):
+        # the daemon's sandbox shows the system only; the owner lets this Python in, read-only
+        d.config.set("core.sandbox.ro_paths", ",".join(python_paths()))
         fake.script(
             Turn.tool_calls([("terminal_create", {"command": f"{PY} -i -q"})]),
             Turn.tool_calls([("terminal_write", {"id": "term_1", "input": "6*7", "key": "enter"})]),

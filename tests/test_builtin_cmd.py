@@ -39,6 +39,21 @@ async def wait_dead(pid: int, within: float = 3.0) -> bool:
     return False
 
 
+def running_with(marker: str) -> list[int]:
+    """Live processes whose command line holds ``marker`` (seen from outside any sandbox, by real pid)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if marker in cmdline and "bwrap" not in cmdline.split(" ", 1)[0] and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
 @pytest.fixture
 async def work(tmp_path: Path) -> Path:
     path = tmp_path / "work"
@@ -221,8 +236,11 @@ async def test_cmd_through_the_agent_loop_and_turn_cancel(
             assert payload["stdout"] == "from the loop\n" and payload["status"] == "ok"
             d.config.set("plugin.cmd.allow_shell", True)  # the long command below is a shell
 
+            # the daemon runs it in its sandbox, where pids are the sandbox's own: the grandchild is found
+            # by its unusual command line instead
             fake.script(
-                Turn.tool_calls([("cmd_run", {"command": "sh -c 'sleep 30 & echo $! > gc.pid; wait'", "timeout": 60})]),
+                Turn.tool_calls([("cmd_run", {"command": "sh -c 'sleep 30.4242 & echo $! > gc.pid; wait'",
+                                              "timeout": 60})]),
                 Turn.text("unused"),
             )
             turn = asyncio.ensure_future(d.io.inject_sync("test", "test", "run something long", timeout=30))
@@ -231,10 +249,15 @@ async def test_cmd_through_the_agent_loop_and_turn_cancel(
                 if pid_file.exists() and pid_file.read_text().strip():
                     break
                 await asyncio.sleep(0.02)
+            assert running_with("30.4242"), "the command did not start"
             assert d.agent.cancel_turn()
             cancelled = await turn
             assert cancelled.interrupted
-            assert await wait_dead(int(pid_file.read_text()))
+            for _ in range(150):
+                if not running_with("30.4242"):
+                    break
+                await asyncio.sleep(0.02)
+            assert not running_with("30.4242"), "the grandchild outlived the cancelled turn"
 
 
 # ---------------------------------------------------- shell parsing (issue 19)

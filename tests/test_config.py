@@ -143,7 +143,7 @@ def test_core_defs_cover_the_original_keys_minus_docker(tmp_path: Path) -> None:
     assert by_key["core.memory.graph"].default == "memory/graph.db"  # relative: a copied data dir uses its own
     assert by_key["core.daemon.data_dir"].default == str(tmp_path)
     for d in defs:
-        assert d.category in {"daemon", "llm", "agent", "memory", "paths", "input", "webui", "approvals"}, d.key
+        assert d.category in {"daemon", "llm", "agent", "memory", "paths", "input", "webui", "approvals", "sandbox"}, d.key
         assert d.display_name and d.description, d.key
 
 

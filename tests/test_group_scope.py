@@ -30,3 +30,17 @@ async def test_two_groups_and_the_owner_never_see_each_others_recent_turns(daemo
 
     timeline = daemon.context.timeline()
     assert {e.meta.get("group_id", "") for e in timeline} == {"777", "888", ""}, "every turn is kept, scoped"
+
+
+async def test_private_chats_of_different_people_never_see_each_others_recent_turns(daemon: Daemon) -> None:
+    assert "Noted" in await _say(daemon, "my name is Ada", user="10001")  # Ada's private QQ chat
+    assert "Noted" in await _say(daemon, "my name is Owner")  # the owner's terminal, later
+    assert "Your name is Ada." in await _say(daemon, "what is my name?", user="10001")
+    assert "Your name is Owner." in await _say(daemon, "what is my name?")
+    assert "don't know" in await _say(daemon, "what is my name?", user="10002"), "Bob sees neither"
+
+    # the owner's own QQ account (linked --owner) is the owner's conversation
+    await daemon.identities.link("qq", "12345", owner=True)
+    assert "Your name is Owner." in await _say(daemon, "what is my name?", user="12345")
+    people = {e.meta.get("person") for e in daemon.context.timeline()}
+    assert people == {"user", "qq:10001", "qq:10002"}, people

@@ -289,3 +289,17 @@ async def test_http_api_and_signed_event_posts(daemon: Daemon, fake: FakeOneBot)
     refused = await tool(daemon, "qq_send_private", {"user_id": ADA, "text": "hi"})
     assert refused.status == "error" and "rejected the access token (HTTP 403)" in str(refused.result)
     assert "plugin.qq.access_token" in daemon.plugins.info("qq")["health"]["status"]["detail"]
+
+
+async def test_allow_lists_apply_without_a_restart(daemon: Daemon, fake: FakeOneBot) -> None:
+    await enable_qq(daemon, ws_url=fake.url)
+    await connected(daemon, fake)
+    await fake.send(fake.private_message(BOB, "my name is Bob", nickname="Bob"))
+    await asyncio.sleep(1.0)
+    assert not fake.actions, "Bob is not allowed yet"
+    daemon.config.set_plugin("qq", "allowed_users", f"{ADA},{BOB}")
+    await asyncio.sleep(2.5)  # the plugin reads its settings every 2 s
+    await fake.send(fake.private_message(BOB, "my name is Bob", nickname="Bob"))
+    sent = await fake.wait_action("send_private_msg")
+    assert sent["params"]["user_id"] == BOB and "Noted: my name is Bob" in reply_text(sent)
+    assert (await status(daemon))["not_allowed"] == 1

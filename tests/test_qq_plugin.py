@@ -23,7 +23,7 @@ from tests.conftest import run_cli
 sys.path.insert(0, str(BUNDLED_DIR / "qq"))
 
 from qqbot.cleaner import clean
-from qqbot.message import MAX_INPUT_CHARS, header, segments, split_text, to_text
+from qqbot.message import MAX_INPUT_CHARS, header, segments, split_paragraphs, split_text, to_text
 from qqbot.plugin import Chat, Pacer
 from qqbot.transport import NotConnected, OneBotLink, backoff_delays
 
@@ -161,3 +161,75 @@ async def test_the_pacer_lets_a_burst_through_then_paces_then_refuses() -> None:
     crowd = await asyncio.gather(*(pacer.wait(chat) for _ in range(8)), return_exceptions=True)
     refused = [r for r in crowd if isinstance(r, RuntimeError)]
     assert 3 <= len(refused) <= 6 and "rate limit of 600 messages a minute" in str(refused[0]), crowd
+
+
+def test_a_code_block_is_never_cut_when_it_fits_in_a_message() -> None:
+    code = "```python\n" + "\n".join(f"x{i} = {i}  # line" for i in range(12)) + "\n```"
+    reply = "Here is the script, run it as it is. " * 4 + "\n" + code + "\nThat is all."
+    parts = split_text(reply, 300)
+    assert all(len(p) <= 300 for p in parts)
+    holding = [p for p in parts if "x0 = 0" in p]
+    assert len(holding) == 1 and code in holding[0], parts
+
+
+def test_a_code_block_longer_than_a_message_is_closed_and_reopened() -> None:
+    code = "```js\n" + "\n".join(f"let v{i} = {i};" for i in range(80)) + "\n```"
+    parts = split_text("Look:\n\n" + code, 200, max_parts=50)
+    assert all(len(p) <= 200 for p in parts), [len(p) for p in parts]
+    pieces = [p for p in parts if "let v" in p]
+    assert len(pieces) > 3
+    for p in pieces:
+        body = p[p.index("```js"):]
+        assert body.startswith("```js\n") and body.endswith("\n```"), p  # each piece renders as code
+    lines = [ln for p in pieces for ln in p.splitlines() if ln.startswith("let v")]
+    assert lines == [f"let v{i} = {i};" for i in range(80)], "no line lost, cut or repeated"
+
+
+def test_no_emoji_flag_or_accented_letter_is_cut_in_two() -> None:
+    family = "\U0001F468\u200D\U0001F469\u200D\U0001F467"  # one glyph, five code points
+    flag = "\U0001F1E8\U0001F1F3"
+    accented = "e\u0301"
+    for unit in (family, flag, accented, "\U0001F44D\U0001F3FD"):
+        text = unit * 200  # no space, no sentence end: only a hard cut is possible
+        parts = split_text(text, 97, max_parts=100)
+        assert "".join(parts) == text and all(len(p) <= 97 for p in parts)
+        assert all(len(p) % len(unit) == 0 and p.startswith(unit) for p in parts), (unit, [len(p) for p in parts])
+
+
+def test_chinese_replies_are_cut_after_a_sentence() -> None:
+    text = "今天天气很好，我们去公园散步吧！" * 20
+    parts = split_text(text, 100, max_parts=50)
+    assert all(p.endswith("！") for p in parts[:-1]) and "".join(parts) == text
+
+
+def test_paragraph_replies_are_one_message_each() -> None:
+    reply = "First thought.\n\nSecond thought.\n\n```\na = 1\n\nb = 2\n```\n\nLast."
+    assert split_paragraphs(reply, 500) == ["First thought.", "Second thought.", "```\na = 1\n\nb = 2\n```", "Last."]
+    many = "\n\n".join(f"p{i}" for i in range(30))
+    assert split_paragraphs(many, 500, max_parts=8) == [many], "too many paragraphs: fewer, fuller messages"
+
+
+async def test_images_are_fetched_from_public_addresses_only_unless_allowed() -> None:
+    from qqbot.images import ImageFetcher
+
+    fetcher = ImageFetcher(allow_private=False, max_bytes=1000)
+    try:
+        for url, why in (("http://127.0.0.1:9/a.png", "not a public address"),
+                         ("http://[::1]:9/a.png", "not a public address"),
+                         ("http://localhost:9/a.png", "no public address"),  # a name that resolves to loopback
+                         ("file:///etc/passwd", r"not an http\(s\) image URL")):
+            with pytest.raises(Exception, match=why):
+                await fetcher.fetch(url)
+    finally:
+        await fetcher.close()
+
+
+def test_what_counts_as_an_answer_to_an_approval_request() -> None:
+    from homeagent.approvals.chat import parse_answer
+
+    assert parse_answer("approve 3f9a2c") == (True, "3f9a2c", False)
+    assert parse_answer("[QQ 私聊 · Ada(10001)]  Approve #3F9A2C always.") == (True, "3f9a2c", True)
+    assert parse_answer("[QQ 群 777 · Ada(10001)] 拒绝 3f9a2c") == (False, "3f9a2c", False)
+    assert parse_answer("deny 3f9a2c always") == (False, "3f9a2c", False), "always goes with approve only"
+    for chat in ("no cafe12", "approve 3f9a2c please, and also rm -rf", "I approve 3f9a2c", "approve 3f9a2", ""):
+        assert parse_answer(chat) is None, chat

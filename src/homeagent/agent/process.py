@@ -44,14 +44,14 @@ from typing import Any
 
 from homeagent.agent.gate import ToolGate
 from homeagent.agent.media_input import TOOL_BLOCKS, MediaInput, UnseenImage
-from homeagent.agent.memory_port import ToolOutput, TurnMemory, TurnRecord
-from homeagent.agent.origin import TURN_ORIGIN
+from homeagent.agent.memory_port import Speakers, ToolOutput, TurnMemory, TurnRecord
 from homeagent.agent.prompt import PromptBuilder, PromptInputs
 from homeagent.agent.stages import StageHost
 from homeagent.agent.tools import ToolRegistry, result_text
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
 from homeagent.io.manager import InputMessage, TurnResult
+from homeagent.io.origin import TURN_ORIGIN
 from homeagent.memory.media import MediaError
 from homeagent.memory.textlog import TextLog
 from homeagent.providers.base import ChatRequest, ChatResponse, ProviderError, StreamChunk
@@ -162,6 +162,7 @@ class TurnRunner:
         slot: LLMSlot | None = None,
         gate: ToolGate | None = None,
         media: MediaInput | None = None,
+        speakers: Speakers | None = None,
     ) -> None:
         self.stages = stages
         self.media = media
@@ -176,18 +177,24 @@ class TurnRunner:
         self.tool_filter = tool_filter
         self.slot = slot or LLMSlot()
         self.gate = gate
+        self.speakers = speakers
         self._tools_cache: tuple[int, list[ToolDef], list[dict[str, Any]]] | None = None
 
     # ------------------------------------------------------------------
     async def run(self, message: InputMessage) -> TurnResult:
         turn = _Turn(message)
         options = message.options
+        # a timer's input runs on channel "timer" for the person who set it in their chat: resolve in that chat
+        speaker = "" if self.speakers is None else self.speakers.speaker(
+            options.deliver_to or message.channel, options.user_id, options.user_name
+        )
         ctx = StageContext(
             raw_message=message.text,
             user_id=options.user_id,
             group_id=options.group_id,
             channel=message.channel,
             source=message.source,
+            speaker=speaker,
             no_memory=options.no_memory,
             extra={"input_id": message.id, **options.meta},
         )
@@ -226,7 +233,7 @@ class TurnRunner:
         if turn.message.media:  # the media turn path: images go to the model with this input
             user_content = await self._media_content(ctx, turn)
         user_text = ctx.raw_message
-        history = await self.memory.history(user_text, ctx.channel, group_id=ctx.group_id)
+        history = await self.memory.history(user_text, ctx.channel, group_id=ctx.group_id, speaker=ctx.speaker)
         ctx.context_msgs = list(history)
         if await self.stages.run(Stage.PRE_ACTION, ctx):
             return ctx.response or ""
@@ -235,7 +242,10 @@ class TurnRunner:
             # the fifth tool source: offered only while this turn has images the model could not see
             look = media_look_def()
             tool_defs, openai_tools = [*tool_defs, look], [*openai_tools, look.to_openai()]
-        system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs))
+        # who writes from a chat account; the owner's own CLI/web turns need no introduction. Only the linked
+        # name or the account id goes into the system prompt: a nickname is anyone's text (it is in the header)
+        speaker = ctx.speaker if ctx.user_id else ""
+        system = await self.prompt.build(PromptInputs(user_text, ctx.channel, tool_defs, speaker=speaker))
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": system},
             *ctx.context_msgs,
@@ -594,6 +604,7 @@ class TurnRunner:
                     source=message.source,
                     user_id=ctx.user_id,
                     group_id=ctx.group_id,
+                    speaker=ctx.speaker,
                     no_memory=no_memory,
                     tool_outputs=turn.tool_outputs,
                     ts=message.ts,

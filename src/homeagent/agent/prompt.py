@@ -32,9 +32,17 @@ System messages that start with [打断消息] arrived while you were working (a
 adding something). Take them into account before you continue."""
 
 OUTPUT_RULES = """【输出规则】
-Your reply goes back automatically to the channel the message came from. Use output_send__<channel> only to send
-proactively or to another channel (output_list_channels lists them; output_send__<channel>_help explains the meta
-format). For long tasks, send a short acknowledgement first."""
+Your reply goes back automatically to the channel and chat the message came from; so does the reply to a reminder
+or timer set in it. Use output_send__<channel> only to send proactively or to another channel
+(output_list_channels lists them; output_send__<channel>_help explains the meta format).
+Several messages: call output_send__<channel> once per message, in order (without meta it goes to the chat the
+current message came from). For long tasks, send a short acknowledgement first that way, then do the work.
+Long replies: chat channels (QQ) split them into several messages at their length limit, at paragraph or sentence
+ends and never inside a code block, so you need not shorten or cut them yourself; keep chat replies short anyway."""
+
+SPEAKER_RULE = """【说话人】
+The current message is from {speaker} (the person behind this chat account; memory keeps what they say as theirs,
+person_query "{speaker}" shows what is known about them). In a group, others may be talking too: keep people apart."""
 
 SectionFn = Callable[["PromptInputs"], Awaitable[str | None] | str | None]
 
@@ -44,6 +52,7 @@ class PromptInputs:
     user_text: str
     channel: str = ""
     tools: list[ToolDef] = field(default_factory=list)
+    speaker: str = ""  # the person writing from a chat account (empty for the owner's own CLI and web UI)
 
 
 @dataclass
@@ -127,6 +136,8 @@ class PromptBuilder:
         parts.extend(t for t in texts if t)
         parts.append(INTERRUPT_RULES)
         parts.append(OUTPUT_RULES)
+        if inputs.speaker:  # a linked name (set by the owner) or a chat account id, never a nickname
+            parts.append(SPEAKER_RULE.format(speaker=inputs.speaker))
         if inputs.tools:
             parts.append(self._tool_list_text(inputs.tools))
         parts.append(f"Current time: {time.strftime('%Y-%m-%d %H:%M %Z')}")

@@ -37,7 +37,7 @@ shared with the subprocess SDK, which checks a handler's writes the same way):
   (the call being executed) is writable in ``before_toolcall`` — deny with
   ``ctx.tool_call.denied = True`` and ``deny_reason``, or change
   ``arguments``; ``tool_result`` in ``after_toolcall``.
-* ``user_id``, ``group_id``, ``channel``, ``source``, ``reasoning_content``,
+* ``user_id``, ``group_id``, ``channel``, ``source``, ``speaker``, ``reasoning_content``,
   ``token_usage``, ``phase`` and ``lock`` are read-only everywhere: they
   describe where the message came from or what the host did.
 * Reads are allowed everywhere. A non-writable container is re-frozen on

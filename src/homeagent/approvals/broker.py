@@ -4,12 +4,20 @@
   awaits; the event loop, the socket and the web UI keep serving, and the
   owner's answer arrives through them.
 * Only the owner answers. :meth:`ApprovalBroker.answer` takes an
-  :class:`OwnerPath`, and the daemon hands the broker to exactly two places:
-  the local socket (peer uid checked) and the web API (token or signed-in
-  session). There is no tool, stage field or plugin API that reaches it, so a
-  model, a sub-agent, a plugin or a stranger writing in a chat group cannot
-  approve anything; text such as "approve 3f9a2c" is just text to the model.
+  :class:`OwnerPath`, and the daemon hands the broker to exactly three places:
+  the local socket (peer uid checked), the web API (token or signed-in
+  session) and the chat intake (approvals/chat.py: "approve 3f9a2c" from a
+  chat account the owner linked to themself, taken before any turn sees it).
+  There is no tool, stage field or plugin API that reaches it, so a model, a
+  sub-agent, a plugin or a stranger writing in a chat group cannot approve
+  anything; from anyone but the owner's linked account such text is refused
+  and logged, or is just text to the model.
 * No answer is a *no*: after ``core.approvals.timeout`` the call is denied.
+* Some calls only the owner may allow, one at a time (``OWNER_ACTIONS``:
+  installing, removing, enabling plugins): they always ask, "always" stores
+  no rule for them, and the tool runs only when :func:`owner_approved` says
+  the owner approved that very call (the broker records it for the task that
+  runs the call).
 * Every decision that involved the policy (denied by it, allowed or denied by
   the owner, timed out, withdrawn because the turn was cancelled) is logged.
 """
@@ -26,10 +34,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from homeagent.agent.gate import Frame
+from homeagent.agent.gate import Frame, OwnerApproval, note_owner_approval
 from homeagent.approvals.policy import (
     ALLOW,
     DENY,
+    OWNER_ACTIONS,
     ApprovalPolicy,
     Rule,
     safe_arguments,
@@ -52,6 +61,7 @@ class OwnerPath(enum.StrEnum):
 
     SOCKET = "socket"
     WEB = "web"
+    CHAT = "chat"  # the owner's own linked chat account (approvals/chat.py)
 
 
 class ApprovalError(ValueError):
@@ -60,6 +70,12 @@ class ApprovalError(ValueError):
 
 class Publisher(Protocol):
     def publish(self, type_: str, data: dict[str, Any]) -> Any: ...
+
+
+class ChatPoster(Protocol):
+    """Posts a request to the owner's chat accounts (approvals/chat.py)."""
+
+    async def post(self, request: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -84,6 +100,7 @@ class PendingApproval:
             "pattern": self.pattern, "user_id": self.user_id, "channel": self.channel, "source": self.source,
             "input_id": self.input_id, "child": self.child, "created": self.created,
             "expires_in": round(max(0.0, self.created + self.timeout - time.time()), 1),
+            "always": self.tool not in OWNER_ACTIONS,  # whether "Always for this pattern" can apply
         }
 
 
@@ -102,11 +119,13 @@ class ApprovalBroker:
         self.store = store
         self.events = events
         self.notify = notify  # reaches attached terminal clients when the turn has no client of its own
+        self.chats: ChatPoster | None = None  # the owner's chat accounts; set once identities are loaded
         self._pending: dict[str, PendingApproval] = {}
         self._denied: OrderedDict[tuple[str, str, str], str] = OrderedDict()
 
     # -- the gate ---------------------------------------------------------------
     async def admit(self, call: ToolCall, ctx: StageContext, frame: Frame | None) -> str | None:
+        note_owner_approval(None)  # nothing this task recorded for an earlier call carries over
         verdict = self.policy.decide(call.name, call.arguments)
         if verdict.action == ALLOW:
             return None
@@ -142,6 +161,11 @@ class ApprovalBroker:
                 await self.notify({"type": "approval_request", **shown})
             except Exception:
                 log.exception("approval %s: notifying terminal clients failed", request.id)
+        if self.chats is not None:
+            try:
+                await self.chats.post(shown)
+            except Exception:
+                log.exception("approval %s: posting it to the owner's chat failed", request.id)
         started = time.perf_counter()
         decision, by, note = "timeout", "", ""
         try:
@@ -159,6 +183,7 @@ class ApprovalBroker:
                                                      "by": by})
             await asyncio.shield(self._log(call, ctx, request.id, subject, decision, by, note, waited))
         if decision.startswith("allowed"):
+            note_owner_approval(OwnerApproval(call.name, dict(call.arguments), request.id))
             return None
         if decision == "timeout":
             reason = (f"{call.name} needs the owner's approval and nobody answered within {request.timeout:g}s, so "
@@ -194,6 +219,23 @@ class ApprovalBroker:
     def pending(self) -> list[dict[str, Any]]:
         return [p.to_dict() for p in self._pending.values()]
 
+    def is_pending(self, request_id: str) -> bool:
+        request = self._pending.get(request_id)
+        return request is not None and not request.future.done()
+
+    async def log_refused_answer(self, request_id: str, channel: str, user_id: str) -> None:
+        """Log an answer from someone who is not the owner (the request stays pending)."""
+        request = self._pending.get(request_id)
+        entry = {"ts": time.time(), "request": request_id, "tool": request.tool if request else "",
+                 "subject": request.subject[:2000] if request else "",
+                 "arguments": request.arguments if request else {}, "user_id": user_id, "channel": channel,
+                 "source": "chat", "decision": "answer_refused", "by": f"{channel}:{user_id}",
+                 "reason": "not the owner's linked account", "waited_ms": 0.0}
+        try:
+            await asyncio.to_thread(self.store.log, entry)
+        except Exception:
+            log.exception("logging a refused approval answer for %s failed", request_id)
+
     async def answer(self, request_id: str, allow: bool, *, by: OwnerPath, always: bool = False,
                      pattern: str = "") -> dict[str, Any]:
         """Decide a pending request. ``always`` also stores a rule (tool + pattern) so matching calls run."""
@@ -204,7 +246,7 @@ class ApprovalBroker:
             raise ApprovalError(f"no pending approval request {request_id!r} (answered, timed out or withdrawn); "
                                 "see `homeagent approvals list`")
         rule: Rule | None = None
-        if allow and always:
+        if allow and always and request.tool not in OWNER_ACTIONS:  # those are approved one call at a time
             rule = await self.add_rule(request.tool, pattern.strip() or request.pattern, by=by)
         decision = ("allowed_always" if rule else "allowed") if allow else "denied"
         if not request.future.done():
@@ -219,6 +261,9 @@ class ApprovalBroker:
     async def add_rule(self, tool: str, match: str, *, by: OwnerPath) -> Rule:
         if not tool.strip() or not match.strip():
             raise ApprovalError("a rule needs a tool and a pattern")
+        if tool.strip() in OWNER_ACTIONS:
+            raise ApprovalError(f"{', '.join(sorted(OWNER_ACTIONS))} are approved one call at a time; an always "
+                                "rule cannot cover them")
         rule = await asyncio.to_thread(self.store.add_rule, tool.strip(), match.strip(), by=by.value)
         self.policy.invalidate()
         return rule

@@ -13,6 +13,10 @@ Why it is shaped this way:
 * Most calls are read-only tools with no rule at all. Their verdict is cached
   per tool name, so an auto-allowed call costs a dictionary lookup; the cache
   is dropped whenever a setting or an ``always`` rule changes.
+* Installing, removing and enabling plugins (``OWNER_ACTIONS``) start or
+  swap code that runs as the owner: they always ask, whatever the settings
+  and rules say (only ``core.approvals.deny`` can refuse them outright), and
+  the owner approves each call on its own.
 * Order, first match wins: ``core.approvals.deny`` (tool names) → the
   argument rules of ``core.approvals.rules`` → the owner's ``always`` rules →
   ``core.approvals.ask`` (tool names) → allow.
@@ -34,6 +38,7 @@ __all__ = [
     "ASK",
     "DEFAULT_ASK",
     "DENY",
+    "OWNER_ACTIONS",
     "ApprovalPolicy",
     "PolicyConfig",
     "Rule",
@@ -47,8 +52,10 @@ __all__ = [
 ALLOW, ASK, DENY = "allow", "ask", "deny"
 ACTIONS = (ALLOW, ASK, DENY)
 
-#: What asks by default: programs, terminal input, file writes, plugin management.
-#: (plugin_install / plugin_remove / plugin_enable are refused outright by pluginmgr.)
+#: Tools that always ask the owner, call by call; no setting or always rule lets them through.
+OWNER_ACTIONS = frozenset({"plugin_install", "plugin_remove", "plugin_enable"})
+
+#: What asks by default: programs, terminal input, file writes, plugin management (OWNER_ACTIONS ask anyway).
 DEFAULT_ASK = "cmd_run, terminal_create, terminal_write, files_write, files_edit, plgreload, plugin_disable"
 
 SUBJECT_KEYS = ("command", "input", "path", "url", "name")
@@ -229,6 +236,8 @@ class ApprovalPolicy:
         always: tuple[Rule, ...] = ()
         if any(fnmatchcase(tool, p) for p in config.deny):
             fixed = Verdict(DENY, "core.approvals.deny lists it")
+        elif tool in OWNER_ACTIONS:
+            fixed = Verdict(ASK, "installing, removing and enabling plugins always need the owner's approval")
         else:
             rules = tuple(r for r in config.rules if fnmatchcase(tool, r.tool))
             always = tuple(r for r in self._always() if r.action == ALLOW and fnmatchcase(tool, r.tool))

@@ -14,6 +14,14 @@ the PTY as controlling terminal (so ctrl_c reaches the foreground job), and
 closing, timing out or stopping the plugin kills every process of that session
 — including background jobs a shell moved to their own process group.
 
+Terminals start in the workspace (``core.agent.workdir``, else this plugin's
+data folder). With the daemon's sandbox (:mod:`homeagent.confine`) the
+command runs under bubblewrap: read-only system, the workspace read-write, no
+data dir, network per ``core.sandbox.network``; the PTY stays its controlling
+terminal, so ctrl_c still reaches the foreground job. Without it (bubblewrap
+missing, or ``core.sandbox.mode`` off) the terminal runs as the daemon's user
+and ``terminal_create`` says so.
+
 A terminal closes after ``timeout`` (default ``default_timeout``, 5m) without
 the agent touching it (create/write/read/resize). Output is kept in a ring of
 ``BUFFER_CHARS`` characters per terminal; ANSI escape sequences are stripped
@@ -36,10 +44,12 @@ import struct
 import termios
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from homeagent.childenv import scrubbed_env
 from homeagent.config.values import format_duration, parse_duration
+from homeagent.confine import Confinement, SandboxUnavailable
 from homeagent.sdk.api import PluginSDK
 from homeagent.sdk.types import ConfigDef, ToolDef
 
@@ -141,6 +151,7 @@ class Terminal:
         self.last_notify = 0.0
         self.closed = False
         self.exit_code: int | None = None
+        self.sandbox = ""  # how it is confined, as shown to the model
         self.output = asyncio.Event()
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._tasks: list[asyncio.Task[Any]] = []
@@ -185,9 +196,10 @@ class Terminal:
 
 
 class AgentCLIPlugin:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, sandbox: Confinement | None = None) -> None:
         self.name = name
         self._sdk: PluginSDK | None = None
+        self._sandbox = sandbox
         self._terms: dict[str, Terminal] = {}
         self._next = 1
         self._reaper: asyncio.Task[None] | None = None
@@ -333,7 +345,27 @@ class AgentCLIPlugin:
         with contextlib.suppress(Exception):
             asyncio.get_running_loop().remove_reader(t.master)
 
+    def _workspace(self) -> str:
+        """The folder terminals start in and the only one the sandbox lets them write (created if the default)."""
+        assert self._sdk is not None
+        configured = str(self._sdk.settings.get_core("core.agent.workdir", "") or "").strip()
+        if configured:
+            path = Path(configured).expanduser()
+            if not path.is_dir():
+                raise OSError(errno.ENOENT, f"the working directory {configured} (core.agent.workdir) does not exist")
+        else:
+            path = self._sdk.settings.data_dir()
+            path.mkdir(parents=True, exist_ok=True)
+        return os.path.realpath(path)
+
     async def _spawn(self, t: Terminal) -> None:
+        workspace = await asyncio.to_thread(self._workspace)
+        argv = list(t.argv)
+        if self._sandbox is not None:
+            launch = self._sandbox.wrap(argv, cwd=workspace, writable=[workspace], home="/tmp")
+            argv, t.sandbox = launch.argv, launch.label
+        else:
+            t.sandbox = "none (no sandbox configured)"
         master, slave = os.openpty()
         t.master = master
         try:
@@ -346,8 +378,10 @@ class AgentCLIPlugin:
             def make_controlling() -> None:  # runs in the child after setsid()
                 fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
+            if t.sandbox.startswith("bwrap"):
+                env.pop("TMPDIR", None)  # the sandbox has its own /tmp
             t.proc = await asyncio.create_subprocess_exec(
-                *t.argv, stdin=slave, stdout=slave, stderr=slave, env=env,
+                *argv, stdin=slave, stdout=slave, stderr=slave, env=env, cwd=workspace,
                 start_new_session=True, preexec_fn=make_controlling,
             )
         except BaseException:
@@ -467,6 +501,8 @@ class AgentCLIPlugin:
         t = Terminal(tid, command, argv, rows, cols, timeout)
         try:
             await self._spawn(t)
+        except SandboxUnavailable as e:
+            return _err(str(e))
         except OSError as e:
             reason = "not found" if e.errno == errno.ENOENT else (e.strerror or str(e))
             return _err(f"cannot start {argv[0]!r}: {reason}")
@@ -475,7 +511,7 @@ class AgentCLIPlugin:
         log.info("terminal %s: started %r (pid %s)", tid, command, t.pid)
         self._inject(f"[终端 {tid} 已启动]")
         return {"id": tid, "command": command, "pid": t.pid, "rows": rows, "cols": cols,
-                "timeout": format_duration(round(timeout))}
+                "timeout": format_duration(round(timeout)), "sandbox": t.sandbox}
 
     async def _write(self, args: dict[str, Any]) -> Any:
         t = self._term(args)
@@ -561,5 +597,6 @@ class AgentCLIPlugin:
         return {"terminals": [t.describe() for t in self._terms.values()]}
 
 
-def create_plugin(name: str, config: Mapping[str, Any]) -> AgentCLIPlugin:
-    return AgentCLIPlugin(name)
+def create_plugin(name: str, config: Mapping[str, Any], *, sandbox: Confinement | None = None) -> AgentCLIPlugin:
+    """The factory; the daemon binds ``sandbox`` with functools.partial (see builtin.catalog)."""
+    return AgentCLIPlugin(name, sandbox)

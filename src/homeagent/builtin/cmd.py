@@ -13,6 +13,12 @@ Choices, and why:
   group gets SIGTERM and, after a short grace, SIGKILL. (A program that calls
   ``setsid`` itself leaves the group and is out of reach; cgroups would be
   needed for that.)
+* **A sandbox when bubblewrap works.** With a :class:`~homeagent.confine.Confinement`
+  (the daemon passes its :class:`~homeagent.confine.Sandbox`), the program runs under
+  ``bwrap``: read-only system, the workspace read-write, no data dir, private
+  ``/tmp``/``/proc``, its own PID namespace (so nothing it starts survives it and it
+  cannot signal the daemon), network per ``core.sandbox.network``. Every result says
+  which (``sandbox``), so the model and the owner know when the weaker mode is in use.
 * **Confined working directory.** ``workdir`` is resolved inside
   ``core.agent.workdir`` (or the plugin's data folder when that is empty) by
   the same symlink-safe walk as the files plugin, and the child gets the
@@ -50,6 +56,7 @@ from typing import Any
 from homeagent.builtin.files import Confined, PathError
 from homeagent.childenv import scrubbed_env
 from homeagent.config.values import parse_duration
+from homeagent.confine import Confinement, Launch, SandboxUnavailable
 from homeagent.sdk.api import PluginSDK
 from homeagent.sdk.types import ConfigDef, ToolDef
 
@@ -328,9 +335,13 @@ async def run_process(
     max_output_bytes: int,
     cwd: str | None = None,
     env: Mapping[str, str] | None = None,
+    contained: bool = False,
 ) -> CmdResult:
     """Run ``argv`` in its own process group; kill the whole group on timeout or cancellation.
 
+    ``contained``: ``argv`` runs the command in its own PID namespace (the sandbox), which the kernel empties
+    when the command ends, so no sweep for background children is needed (it would find only zombies, and
+    scanning /proc costs more than the command).
     Raises FileNotFoundError / PermissionError when the program cannot be started.
     """
     started = time.perf_counter()
@@ -378,7 +389,7 @@ async def run_process(
             status = "timeout"
             notes.append(f"timed out after {timeout:g}s; the command and everything it started were killed")
             await _kill_group(proc, pgid)
-        elif _group_alive_quick(pgid) and await asyncio.to_thread(_group_has_live_members, pgid):
+        elif not contained and _group_alive_quick(pgid) and await asyncio.to_thread(_group_has_live_members, pgid):
             notes.append("background processes it left running were killed (cmd_run is for commands that finish; "
                          "use a terminal for long-running ones)")
             _signal_group(pgid, signal.SIGTERM)
@@ -435,9 +446,10 @@ def _group_alive_quick(pgid: int) -> bool:
 
 
 class CmdPlugin:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, sandbox: Confinement | None = None) -> None:
         self.name = name
         self._sdk: PluginSDK | None = None
+        self._sandbox = sandbox  # None: the weaker mode only (bare-services tests; the daemon always passes one)
 
     def _get(self, key: str, default: Any) -> Any:
         assert self._sdk is not None
@@ -473,7 +485,9 @@ class CmdPlugin:
             ToolDef(
                 name="cmd_run",
                 description="Run one program (no shell: no pipes or redirections) and return "
-                            "{status, stdout, stderr, exit_code, command}. Quotes group words as in a shell.",
+                            "{status, stdout, stderr, exit_code, command, sandbox}. Quotes group words as in a "
+                            "shell. Usually sandboxed (see sandbox in the result): the system is read-only, the "
+                            "working folder is the only writable place, and the network may be off.",
                 parameters={
                     "type": "object",
                     "properties": {
@@ -594,19 +608,19 @@ class CmdPlugin:
 
         check_shell = not args.get("shell") and not self._get("allow_shell", False)
 
-        def prepare() -> tuple[int, str, str, str | None]:
-            fd, shown, cwd = _open_workdir(root, create, workdir)
+        def prepare() -> tuple[int, str, str, str, str, str | None]:
+            fd, shown, cwd, real_root, real_cwd = _open_workdir(root, create, workdir)
             try:
                 refusal = self._check_program(program, env, cwd)
                 if refusal is None and check_shell:
                     refusal = self._check_resolved(argv, env, cwd)
-                return fd, shown, cwd, refusal
+                return fd, shown, cwd, real_root, real_cwd, refusal
             except BaseException:
                 os.close(fd)
                 raise
 
         try:
-            fd, shown, cwd, refusal = await asyncio.to_thread(prepare)
+            fd, shown, cwd, real_root, real_cwd, refusal = await asyncio.to_thread(prepare)
         except PathError as e:
             return _err(f"workdir: {e}")
         except OSError as e:
@@ -615,7 +629,13 @@ class CmdPlugin:
             if refusal:
                 return _err(refusal)
             try:
-                result = await run_process(argv, timeout=timeout, cwd=cwd, env=env,
+                launch = self._launch(argv, real_root, real_cwd)
+            except SandboxUnavailable as e:
+                return _err(str(e))
+            if launch.confined:
+                env.pop("TMPDIR", None)  # the sandbox has its own /tmp; the daemon's TMPDIR is not mounted
+            try:
+                result = await run_process(launch.argv, timeout=timeout, cwd=cwd, env=env, contained=launch.confined,
                                            max_output_bytes=int(self._get("max_output_bytes", 32000)))
             except FileNotFoundError:
                 return _err(f"program {program!r} was not found (PATH and workdir {shown!r} searched)")
@@ -625,6 +645,8 @@ class CmdPlugin:
                 return _err(f"cannot start {program!r}: {e.strerror or e}")
         finally:
             os.close(fd)
+        if launch.confined and result.exit_code == 1 and result.stderr.startswith("bwrap: "):
+            return _err(_sandbox_failure(program, result.stderr))
         out: dict[str, Any] = {
             "status": result.status,
             "stdout": result.stdout,
@@ -633,6 +655,7 @@ class CmdPlugin:
             "command": command,
             "workdir": shown,
             "duration_ms": round(result.duration_ms, 1),
+            "sandbox": launch.label,
         }
         if result.truncated:
             out["truncated"] = True
@@ -640,15 +663,35 @@ class CmdPlugin:
             out["note"] = "; ".join([*notes, *result.notes])
         return out
 
+    def _launch(self, argv: list[str], root: str, cwd: str) -> Launch:
+        """``argv`` under the sandbox (the workspace its only writable folder), or as it is in the weaker mode."""
+        if self._sandbox is None:
+            return Launch(list(argv), False, True, "none (no sandbox configured)")
+        return self._sandbox.wrap(argv, cwd=cwd, writable=[root], home="/tmp")
 
-def _open_workdir(root: str, create: bool, workdir: str) -> tuple[int, str, str]:
-    """An open descriptor of the confined workdir, its display name, and the cwd that reaches it race-free."""
+
+def _sandbox_failure(program: str, stderr: str) -> str:
+    """What the model is told when bwrap itself failed (most often: the program is not inside the sandbox)."""
+    line = stderr.strip().splitlines()[0] if stderr.strip() else stderr
+    if line.startswith("bwrap: execvp"):
+        return (f"program {program!r} was not found inside the sandbox ({line.removeprefix('bwrap: ')}). Only the "
+                "system folders (/usr, /bin, /lib…) and the workspace are visible; the owner can add folders with "
+                "core.sandbox.ro_paths.")
+    return f"the sandbox could not start {program!r}: {line}"
+
+
+def _open_workdir(root: str, create: bool, workdir: str) -> tuple[int, str, str, str, str]:
+    """An open descriptor of the confined workdir, its display name, the cwd that reaches it race-free,
+    and the real paths of the root and of the workdir (what the sandbox mounts and enters)."""
     confined = Confined.at(root, create=create)
     fd = confined.open_dir(workdir)
     if os.path.isdir("/proc/self/fd"):
-        return fd, confined.display(workdir), f"/proc/self/fd/{fd}"
-    return fd, confined.display(workdir), str(confined.real / confined.display(workdir))
+        real_cwd = os.readlink(f"/proc/self/fd/{fd}")
+        return fd, confined.display(workdir), f"/proc/self/fd/{fd}", str(confined.real), real_cwd
+    real_cwd = str(confined.real / confined.display(workdir))
+    return fd, confined.display(workdir), real_cwd, str(confined.real), real_cwd
 
 
-def create_plugin(name: str, config: Mapping[str, Any]) -> CmdPlugin:
-    return CmdPlugin(name)
+def create_plugin(name: str, config: Mapping[str, Any], *, sandbox: Confinement | None = None) -> CmdPlugin:
+    """The factory; the daemon binds ``sandbox`` with functools.partial (see builtin.catalog)."""
+    return CmdPlugin(name, sandbox)

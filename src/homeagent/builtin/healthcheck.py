@@ -82,6 +82,8 @@ class HealthSources:
     """Extra memory numbers (e.g. the layered memory's own stats), merged into healthcheck_memory."""
     run_llm: Callable[..., Coroutine[Any, Any, Any]] | None = None
     """The provider run function for the self-test (default: ``services.llm.manager.run``)."""
+    sandbox: Callable[[], Mapping[str, Any]] | None = None
+    """Whether commands and plugins are confined (``Sandbox.status``); unconfined by accident is a problem."""
 
 
 class LagProbe:
@@ -320,7 +322,14 @@ class HealthcheckPlugin:
             problems.append(f"event subscribers dropped {events['dropped_total']} events (slow consumers)")
         if lag.get("p95_ms", 0) > LAG_WARN_MS:
             problems.append(f"event loop lag p95 is {lag['p95_ms']} ms (something blocks the loop)")
+        sandbox = self._sandbox()
+        if sandbox.get("state") in ("weaker", "refusing"):  # "off" is the owner's choice, not a fault
+            problems.append(f"sandbox: {sandbox.get('summary', '')}")
         return problems
+
+    def _sandbox(self) -> dict[str, Any]:
+        source = self._sources.sandbox
+        return dict(source()) if source is not None else {}
 
     # -- tools ----------------------------------------------------------------
 
@@ -345,6 +354,7 @@ class HealthcheckPlugin:
                       "errors": sum(t["errors"] for t in tools), "timeouts": sum(t["timeouts"] for t in tools)},
             "events": {"dropped_total": events.get("dropped_total", 0)},
             "loop_lag_ms": lag,
+            "sandbox": self._sandbox().get("summary", "unknown"),
         }
 
     async def _plugins(self, _: dict[str, Any]) -> Any:

@@ -5,13 +5,18 @@ plugins take); the host passes it the registry in ``config["registry"]``.
 Every failure comes back to the model as ``{"isError": true, "content": …}``.
 
 Installing, removing and enabling a plugin start (or swap) code that runs as
-the owner, so the model may not do them: a prompt-injected turn could
-otherwise write a plugin folder and install it. Stricter than an approval
-(``core.approvals``), the tools answer with a refusal that tells the model what to ask the owner to
-run (``homeagent plugin install …`` or the web UI's Plugins page). For the same
-reason ``plgreload`` reloads only plugins that are already loaded: a folder
-that appeared since is started by the owner's ``homeagent plugin reload``.
-Disabling (which only narrows what runs) stays available.
+the owner, so the model may not do them on its own: a prompt-injected turn
+could otherwise write a plugin folder and install it. "Approve, then
+install": the approval policy always asks the owner about these three tools
+(``OWNER_ACTIONS``; no setting or always rule waives it), the owner sees the
+URL, path or name and answers Allow once or Deny (web chat, ``homeagent
+chat``, ``homeagent approvals``), and the tool runs the action only when
+:func:`~homeagent.agent.gate.owner_approved` confirms the owner approved this
+very call. A deny or a timeout leaves everything as it was; a runner with no
+approval gate gets the refusal with the command for the owner to run. For the
+same reason ``plgreload`` reloads only plugins that are already loaded: a
+folder that appeared since is started by the owner's ``homeagent plugin
+reload``. Disabling (which only narrows what runs) stays available.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from homeagent.agent.gate import owner_approved
 from homeagent.sdk.api import PluginSDK
 from homeagent.sdk.types import ToolDef
 
@@ -40,8 +46,14 @@ def owner_action(action: str, command: str) -> dict[str, Any]:
     """The refusal the model gets for a plugin action only the owner may take."""
     return {"isError": True, "content": (
         f"{action} is the owner's decision: it would run new code as the owner, and the model may not do that "
-        f"(so it is refused, even with an approval). Ask the owner to run `{command}` or to use the "
-        "Plugins page of the web UI.")}
+        f"on its own. Ask the owner to run `{command}` or to use the Plugins page of the web UI.")}
+
+
+def unapproved(action: str, command: str) -> dict[str, Any]:
+    """The refusal when the call reached the tool without the owner's approval of it (no gate, or other arguments)."""
+    return {"isError": True, "content": (
+        f"{action} is the owner's decision and runs only after the owner approves this very call, which did not "
+        f"happen here (it was not run). Ask the owner to run `{command}` or to use the Plugins page of the web UI.")}
 
 
 def _brief(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -72,14 +84,19 @@ class PluginManager:
             return call
 
         async def install(args: dict[str, Any]) -> Any:
-            flag = " --upgrade" if args.get("upgrade") else ""
-            return owner_action("installing a plugin", f"homeagent plugin install{flag} {args['url']}")
+            upgrade = bool(args.get("upgrade"))
+            if owner_approved("plugin_install", args, ("url", "upgrade")) is None:
+                flag = " --upgrade" if upgrade else ""
+                return unapproved("installing a plugin", f"homeagent plugin install{flag} {args['url']}")
+            return await reg.install(str(args["url"]), upgrade=upgrade)
 
         async def list_(_: dict[str, Any]) -> Any:
             return {"plugins": [_brief(p) for p in reg.list()]}
 
         async def remove(args: dict[str, Any]) -> Any:
-            return owner_action("removing a plugin", f"homeagent plugin remove {args['name']}")
+            if owner_approved("plugin_remove", args, ("name",)) is None:
+                return unapproved("removing a plugin", f"homeagent plugin remove {args['name']}")
+            return await reg.remove(str(args["name"]))
 
         async def info(args: dict[str, Any]) -> Any:
             return reg.info(str(args["name"]))
@@ -96,7 +113,9 @@ class PluginManager:
                     "started only by the owner (`homeagent plugin reload`)"}
 
         async def enable(args: dict[str, Any]) -> Any:
-            return owner_action("enabling a plugin", f"homeagent plugin enable {args['name']}")
+            if owner_approved("plugin_enable", args, ("name",)) is None:
+                return unapproved("enabling a plugin", f"homeagent plugin enable {args['name']}")
+            return _brief(await reg.enable(str(args["name"])))
 
         async def disable(args: dict[str, Any]) -> Any:
             if args["name"] == self.name:
@@ -107,8 +126,9 @@ class PluginManager:
             (
                 ToolDef(
                     name="plugin_install",
-                    description="Ask for a plugin package (.hmap) to be installed: only the owner may install "
-                                "plugins, so this answers with the command for them to run.",
+                    description="Install a plugin package (.hmap) from an http(s) URL or a file path. The owner "
+                                "is asked first and it runs only if they approve; on a deny or no answer nothing "
+                                "is installed.",
                     parameters={
                         "type": "object",
                         "properties": {
@@ -134,7 +154,7 @@ class PluginManager:
             (
                 ToolDef(
                     name="plugin_remove",
-                    description="Ask for a plugin to be uninstalled (the owner's decision; answers with the command).",
+                    description="Uninstall a plugin; the owner is asked first and it runs only if they approve.",
                     parameters=_NAME,
                     serial=True,
                     parallel_safe=False,
@@ -167,8 +187,8 @@ class PluginManager:
             (
                 ToolDef(
                     name="plugin_enable",
-                    description="Ask for a disabled plugin to be enabled (the owner's decision; answers with the "
-                                "command).",
+                    description="Enable (start) a disabled plugin; the owner is asked first and it runs only if "
+                                "they approve.",
                     parameters=_NAME,
                     serial=True,
                     parallel_safe=False,

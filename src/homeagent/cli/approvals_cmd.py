@@ -129,9 +129,12 @@ async def prompt_answer(client: Client, request: dict[str, Any], read_line: Any)
     """Ask in the terminal (y = once, a = always for the pattern, anything else = deny); returns what was done."""
     sys.stdout.write(f"\napproval needed {describe(request)}\n")
     sys.stdout.flush()
-    reply = (await asyncio.to_thread(read_line, "allow? [y]es once / [a]lways for this pattern / [N]o: ")).strip()
+    always = request.get("always", True) is not False  # plugin installs and the like are approved one at a time
+    question = "allow? [y]es once / [a]lways for this pattern / [N]o: " if always else "allow this once? [y]es / [N]o: "
+    reply = (await asyncio.to_thread(read_line, question)).strip()
     choice = reply[:1].lower()
-    params = {"id": request.get("id"), "decision": "allow" if choice in ("y", "a") else "deny", "always": choice == "a"}
+    params = {"id": request.get("id"), "decision": "allow" if choice in ("y", "a") else "deny",
+              "always": always and choice == "a"}
     try:
         result = await client.call("approvals.answer", params)
     except RemoteError as exc:

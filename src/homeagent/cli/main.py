@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "homeagent.cli.webui_cmd",
         "homeagent.cli.backup_cmd",
         "homeagent.cli.approvals_cmd",
+        "homeagent.cli.identity_cmd",
     ):
         _register_optional(module_name, sub)
     return parser
@@ -187,6 +188,10 @@ def format_status(status: dict[str, Any]) -> str:
     lines.append(f"tools      {status.get('tools', 0)}   plugins {status.get('plugins', 0)}")
     if isinstance(status.get("mcp"), dict):
         lines.extend(format_mcp(status["mcp"]))
+    sandbox = status.get("sandbox") or {}
+    if sandbox.get("summary"):
+        warn = "" if sandbox.get("confined") or sandbox.get("state") == "checking" else "WARNING: "
+        lines.append(f"sandbox    {warn}{sandbox['summary']}")
     if status.get("approvals_pending"):
         lines.append(f"approvals  {status['approvals_pending']} tool call(s) waiting: homeagent approvals list")
     return "\n".join(lines)

@@ -206,6 +206,10 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "How often graph relations are checked against their source sentences.", min=1),
         _def("core.agent.merge_interval", "120m", "duration", "memory", "Merge interval",
              "How often duplicate entities are merged.", min=1),
+        _def("core.memory.owner_name", "", "string", "memory", "Your name in memory",
+             "What memory calls you, the owner: the speaker of your turns and the person your own facts are "
+             "about (CLI, web UI, and chat accounts you linked with `homeagent identity link CHANNEL ID --owner`). "
+             "Empty: 'user'. Facts remembered under the old name keep it.", owner_only=True),
         _def("core.memory.session_gap", "30m", "duration", "memory", "Conversation gap",
              "Silence after which the next message starts a new conversation session in document memory "
              "(turns are recalled together with their neighbours in the same session).", min=1),
@@ -258,6 +262,21 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "your always rules and the ask list.", owner_only=True),
         _def("core.approvals.timeout", "120s", "duration", "approvals", "Approval timeout",
              "How long a tool call waits for your answer; no answer denies it.", min=1, owner_only=True),
+        # ---- sandbox (owner-only: the model must not widen its own confinement; docs/security.md)
+        _def("core.sandbox.mode", "auto", "select", "sandbox", "Sandbox",
+             "How cmd_run, terminals and subprocess plugins are confined. auto: under bubblewrap when it works, "
+             "else unconfined and said so (status, web UI); bwrap: bubblewrap required, nothing starts without "
+             "it; off: unconfined (the weaker mode). Checked at start.", options=["auto", "bwrap", "off"],
+             owner_only=True),
+        _def("core.sandbox.network", False, "bool", "sandbox", "Network for commands",
+             "Let commands and terminals in the sandbox use the network (off: a private loopback only). "
+             "Subprocess plugins get it when their manifest declares the net capability.", owner_only=True),
+        _def("core.sandbox.bwrap", "bwrap", "string", "sandbox", "bubblewrap program",
+             "The bwrap program (a name looked up on PATH, or a path). Checked again when it changes.",
+             owner_only=True),
+        _def("core.sandbox.ro_paths", "", "string", "sandbox", "Extra read-only folders",
+             "Comma-separated folders the sandbox shows read-only besides the system (e.g. /opt/tools); "
+             "the data directory stays hidden even inside them.", owner_only=True),
         # ---- web UI
         _def("webui.listen_addr", "127.0.0.1:8780", "string", "webui", "Listen address",
              "host:port of the web UI and HTTP API. A non-loopback host also needs webui.allow_remote.",

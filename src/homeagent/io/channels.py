@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from homeagent.io.origin import current_origin
 from homeagent.sdk.types import OutputCap, ToolDef, ToolHandler
 
 log = logging.getLogger("homeagent.channels")
@@ -91,7 +92,9 @@ class OutputChannels:
                     meta = json.loads(meta) if meta.strip() else {}
                 except ValueError:
                     return {"isError": True, "content": "meta must be a JSON object"}
-            return await self.send(name, str(args.get("payload", "")), meta, str(args.get("type") or "text"))
+            if not isinstance(meta, dict):
+                return {"isError": True, "content": "meta must be a JSON object"}
+            return await self.send(name, str(args.get("payload", "")), _here(name, meta), str(args.get("type") or "text"))
 
         async def help_tool(_: dict[str, Any]) -> Any:
             return channel.help()
@@ -175,7 +178,16 @@ class OutputChannels:
 
     def list_tool(self) -> tuple[ToolDef, Callable[[dict[str, Any]], Awaitable[Any]]]:
         async def handler(_: dict[str, Any]) -> Any:
-            return {"channels": self.list()}
+            out: dict[str, Any] = {"channels": self.list()}
+            origin = current_origin()
+            if origin is not None:
+                here = {k: v for k, v in (("channel", origin.channel), ("user_id", origin.user_id),
+                                          ("group_id", origin.group_id)) if v}
+                out["this_chat"] = here
+                out["note"] = (f"Your reply goes back to this chat by itself, and so do reminders set here. "
+                               f"output_send__{origin.channel} without meta sends one more message to this chat; "
+                               "call it once per message to send several.")
+            return out
 
         return (
             ToolDef(
@@ -185,3 +197,18 @@ class OutputChannels:
             ),
             handler,
         )
+
+
+def _here(channel: str, meta: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` for a send to ``channel``: with none, the chat of the running turn when it came from that channel.
+
+    So the model can send several messages to the person it is talking to
+    (an acknowledgement, then the result) without copying ids out of the
+    input; the channel still checks who may be written to.
+    """
+    if meta:
+        return meta
+    origin = current_origin()
+    if origin is None or origin.channel != channel:
+        return meta
+    return {k: v for k, v in (("user_id", origin.user_id), ("group_id", origin.group_id)) if v}

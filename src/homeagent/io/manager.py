@@ -76,15 +76,38 @@ class InputMessage:
         return self.options.no_memory
 
 
+Intake = Callable[[InputMessage], bool]
+"""Looks at an input before it is queued; True takes it (it never becomes a turn). Must be quick: no I/O."""
+
+
 class IOManager:
     def __init__(self) -> None:
         self._seq = itertools.count()
         self._inputs: asyncio.PriorityQueue[tuple[int, int, InputMessage]] = asyncio.PriorityQueue()
         self.interrupts: asyncio.Queue[InputMessage] = asyncio.Queue()
+        self._intakes: list[Intake] = []
+
+    def add_intake(self, intake: Intake) -> Callable[[], None]:
+        """Let ``intake`` take inputs before they queue: an answer to a turn that is waiting (the owner's
+        "approve 3f9a2c" from a chat) must not queue behind that very turn."""
+        self._intakes.append(intake)
+
+        def undo() -> None:
+            if intake in self._intakes:
+                self._intakes.remove(intake)
+
+        return undo
+
+    def _taken(self, message: InputMessage) -> bool:
+        return any(intake(message) for intake in self._intakes) if self._intakes else False
 
     # -- ordinary input ---------------------------------------------------
     def inject(self, message: InputMessage) -> str:
         message.text = scrub_text(message.text)
+        if self._taken(message):
+            if message.reply is not None and not message.reply.done():  # a synchronous caller is not left waiting
+                message.reply.set_result(TurnResult(ok=True, text="", input_id=message.id))
+            return message.id
         self._inputs.put_nowait((message.options.priority, next(self._seq), message))
         return message.id
 
@@ -136,5 +159,6 @@ class IOManager:
     ) -> str:
         message = InputMessage(scrub_text(text), source, channel, options or InjectOptions(), sink=sink, interrupt=True,
                                media=list(media or []))
-        self.interrupts.put_nowait(message)
+        if not self._taken(message):
+            self.interrupts.put_nowait(message)
         return message.id

@@ -193,17 +193,24 @@ class RelevanceContext:
         """Return once every change so far is on disk (one fsync shared by all waiters)."""
         await self._journal.wait()
 
-    def to_messages(self, limit: int | None = None, *, group_id: str | None = None) -> list[dict[str, Any]]:
+    def to_messages(
+        self, limit: int | None = None, *, group_id: str | None = None, person: str | None = None
+    ) -> list[dict[str, Any]]:
         """The timeline as OpenAI-shape chat messages, oldest first (``limit``: only the last N messages).
 
         user -> ``user``, agent -> ``assistant`` (its reply text), cold_storage ->
         a ``system`` message marked as recalled memory with its original date.
         ``group_id`` keeps one conversation scope: a group's events only, or
         (``""``) only events outside every group; None keeps everything.
+        ``person`` keeps one person's private conversation: events of another
+        person are left out (events recorded before persons were, and recalled
+        memory, stay visible).
         """
         messages: list[dict[str, Any]] = []
         for e in self.timeline():
             if group_id is not None and str(e.meta.get("group_id", "")) != group_id:
+                continue
+            if person is not None and e.meta.get("person") and e.meta["person"] != person:
                 continue
             if e.kind == "user" and e.input:
                 messages.append({"role": "user", "content": e.input})
@@ -519,9 +526,11 @@ class ContextTurnMemory:
         self.context = context
         self.media = media
 
-    async def history(self, user_text: str, channel: str, *, group_id: str = "") -> list[dict[str, Any]]:
+    async def history(
+        self, user_text: str, channel: str, *, group_id: str = "", speaker: str = ""
+    ) -> list[dict[str, Any]]:
         await self.context.prune(user_text)
-        return self.context.to_messages(group_id=group_id)
+        return self.context.to_messages(group_id=group_id, person=None if group_id else (speaker or None))
 
     async def record(self, turn: Any) -> None:
         ts = float(getattr(turn, "ts", 0.0) or time.time())
@@ -530,10 +539,14 @@ class ContextTurnMemory:
                                   "no_memory": bool(getattr(turn, "no_memory", False))}
         user_id = getattr(turn, "user_id", "")
         group_id = getattr(turn, "group_id", "")
-        meta = {key: value for key, value in (("user_id", user_id), ("group_id", group_id)) if value}
+        speaker = str(getattr(turn, "speaker", "") or "")
+        # "person": whose private conversation the turn belongs to (to_messages); both events carry it
+        meta = {key: value for key, value in (("user_id", user_id), ("group_id", group_id), ("person", speaker))
+                if value}
         digests = [str(d) for d in getattr(turn, "media_digests", []) or []]
         if getattr(turn, "user_text", ""):
-            event = ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=dict(meta), **common)
+            said = {**meta, "speaker": speaker} if speaker else dict(meta)  # who said it, when it sinks into L2
+            event = ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=said, **common)
             if digests and self.media is not None:
                 event.meta["media"] = digests
                 # before the event is in the window: GC never sees a marker in the context without its reference

@@ -424,8 +424,11 @@ class RuleDistiller:
         for record in records:
             if record.role != "user":
                 continue
-            for t in extract(record.content, subject=self.subject_of(record.speaker)):
+            subject = self.subject_of(record.speaker)
+            for t in extract(record.content, subject=subject):
                 t.valid_from = record.ts
+                if subject != SELF:
+                    t.subject_type = "Person"  # a named speaker (memory/identity.py) is a person of the social layer
                 try:
                     clean_name(t.subject)
                     clean_name(t.object)

@@ -588,6 +588,23 @@ class GraphDB:
         log.info("memory: merged entity %r into #%d (%d relations moved)", src_row[0], tid, moved)
         return moved
 
+    async def add_alias(self, name: str, alias: str) -> None:
+        """Let ``alias`` name the entity ``name`` too (a chat account linked to a person: daemon._carry_over)."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            eid = self._must_resolve(conn, name)
+            display = clean_name(alias, "alias")
+            other = self._resolve(conn, display)
+            if other is not None and other != eid:
+                raise GraphError(f"{display!r} already names another entity; merge them instead")
+            if other is None:
+                conn.execute(
+                    "INSERT INTO aliases(alias_norm, alias, entity_id) VALUES (?, ?, ?)",
+                    (display.casefold(), display, eid),
+                )
+
+        await self._write(run)
+
     async def live_sentences(self, hashes: Sequence[str]) -> set[str]:
         """Which sentence keys (:func:`sentence_hash`) some relation, current or retired, still comes from.
 

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from homeagent import __version__
 from homeagent.agent.media_input import TOOL_BLOCKS
-from homeagent.agent.origin import current_origin
 from homeagent.config.settings import PluginSettings
+from homeagent.io.origin import current_origin
 from homeagent.llm_control import LLMSources
 from homeagent.memory.media.inputs import MAX_BLOCKS, check_blocks
 from homeagent.sdk.api import (

@@ -428,7 +428,7 @@ class PluginSDK(abc.ABC):
         A tool that arranges a reply for later keeps it and passes it back as
         ``InjectOptions(deliver_to=origin.channel, user_id=..., group_id=...)``,
         so the later reply reaches the chat it was asked from. Subprocess
-        plugins get None (the origin does not cross the process boundary yet).
+        plugins get it while they handle a tool call (the host sends it along).
         """
         return None
 

@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,7 @@ from homeagent.sdk.types import (
     InjectOptions,
     MediaBlock,
     MemItem,
+    Origin,
     OutputCap,
     Stage,
     StageContext,
@@ -622,6 +624,17 @@ class Handlers:
     subscriptions: dict[str, EventCallback] = field(default_factory=dict)
 
 
+TOOL_ORIGIN: ContextVar[Origin | None] = ContextVar("homeagent_remote_tool_origin", default=None)
+"""The origin the host sent with the ``tool.invoke`` being handled (each request runs in its own task)."""
+
+
+def origin_from(raw: Any) -> Origin | None:
+    """The ``origin`` of a ``tool.invoke`` request, or None when it is absent or malformed."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("channel"), str) or not raw["channel"]:
+        return None
+    return Origin(raw["channel"], str(raw.get("user_id") or ""), str(raw.get("group_id") or ""))
+
+
 class RemoteSDK(PluginSDK):
     """The PluginSDK of a plugin running as a subprocess."""
 
@@ -644,6 +657,10 @@ class RemoteSDK(PluginSDK):
     @property
     def plugin_dir(self) -> Path | None:
         return self._dir
+
+    def current_origin(self) -> Origin | None:
+        """The origin of the turn whose tool call this plugin is handling (the host sends it with each call)."""
+        return TOOL_ORIGIN.get()
 
     def _unregister(self, method: str, params: dict[str, Any], local: Callable[[], object]) -> Unregister:
         done = False

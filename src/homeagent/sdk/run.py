@@ -43,7 +43,17 @@ from typing import Any, NoReturn
 from homeagent import __version__
 from homeagent.sdk.api import Plugin, PluginFactory
 from homeagent.sdk.protocol import PROTOCOL_VERSION, ErrorCode, Request, RPCError
-from homeagent.sdk.remote import TOOL_CALL, Endpoint, Handlers, RemoteEvent, RemoteSDK, changes_between, context_from
+from homeagent.sdk.remote import (
+    TOOL_CALL,
+    TOOL_ORIGIN,
+    Endpoint,
+    Handlers,
+    RemoteEvent,
+    RemoteSDK,
+    changes_between,
+    context_from,
+    origin_from,
+)
 from homeagent.sdk.stageview import StageView  # the same permission checks as the host
 from homeagent.sdk.types import Stage
 
@@ -241,6 +251,7 @@ class PluginRuntime:
             is_async = self._async[handler] = _is_async(handler)
         call = p.get("call")
         token = TOOL_CALL.set(call if isinstance(call, str) else "")  # set_tool_blocks names this call
+        TOOL_ORIGIN.set(origin_from(p.get("origin")))  # this request's own task: sdk.current_origin() reads it
         try:
             if is_async:
                 return await handler(args)

@@ -131,6 +131,7 @@ class StageContext:
     group_id: str = ""
     channel: str = ""
     source: str = ""
+    speaker: str = ""  # the person speaking (``homeagent identity``): the owner's name, a linked person's, or a nickname
     context_msgs: list[dict[str, Any]] = field(default_factory=list)
     llm_text: str = ""
     reasoning_content: str = ""
@@ -254,6 +255,13 @@ class InjectOptions:
     the input's own (a timer fires on channel ``timer``, which no one reads;
     its reply goes to the channel it was set from, with ``user_id`` and
     ``group_id`` saying which chat there).
+
+    ``user_id`` says who wrote it on a chat channel: memory's speaker is the
+    person the owner linked that account to (``homeagent identity``), else
+    ``channel:user_id``, so what two people in one group said is never
+    remembered as said by the same "user". ``user_name`` is their display
+    name there (a nickname): carried along, never used as a name (nicknames
+    change, and are anyone's text).
     """
 
     no_memory: bool = False
@@ -262,6 +270,7 @@ class InjectOptions:
     group_id: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     deliver_to: str = ""
+    user_name: str = ""
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from homeagent.webui.sse import SSE_HEADERS, event_stream, parse_last_event_id
 
 log = logging.getLogger("homeagent.webui")
 
-CATEGORY_ORDER = ["llm", "agent", "approvals", "memory", "input", "webui", "daemon", "paths"]
+CATEGORY_ORDER = ["llm", "agent", "approvals", "sandbox", "memory", "input", "webui", "daemon", "paths"]
 READ_ONLY = {f"plugin.{PLUGIN}.{TOKEN_HASH_KEY}": "the API token is changed with `homeagent webui token`"}
 
 

@@ -11,8 +11,10 @@ output channels and its own settings needs nothing.
 External plugins get the narrowed surface of the original: events can be
 subscribed to but not published, the social graph is read-only, and the
 host's internals (selftest, supervisor, adapters, raw config, indexer) have
-no method at all. ``net`` is recorded and shown, but it is a declaration,
-not a sandbox: nothing stops a process from opening a socket.
+no method at all. ``net`` and ``files`` are about the process itself: where
+bubblewrap works (:mod:`homeagent.confine`), a plugin without ``net`` has no
+network, and one without ``files`` sees only its own folder, its state folder
+and the system; where it does not, they are declarations only.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ CAPABILITIES: Mapping[str, str] = MappingProxyType(
         "events": "subscribe to daemon events (agent_llm_chain, tool_call, …)",
         "llm": "list and switch LLM sources",
         "plugins": "reload other plugins and list what is loaded",
-        "net": "uses the network (informational: not enforced)",
+        "net": "uses the network (without it, a sandboxed plugin has none)",
+        "files": "reads the owner's files, read-only and never the data dir (without it, a sandboxed plugin sees "
+                 "only its own folders)",
     }
 )
 """Capabilities a manifest may declare, with what each allows."""

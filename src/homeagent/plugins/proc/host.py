@@ -146,6 +146,8 @@ def _options(p: Mapping[str, Any]) -> InjectOptions | None:
             user_id=str(raw.get("user_id", "")),
             group_id=str(raw.get("group_id", "")),
             meta=dict(raw.get("meta") or {}),
+            deliver_to=str(raw.get("deliver_to", "")),  # an origin kept from an earlier turn (current_origin)
+            user_name=str(raw.get("user_name", "")),
         )
     except (TypeError, ValueError) as e:
         raise RPCError(ErrorCode.INVALID_PARAMS, f"params.options: {e}") from None
@@ -447,6 +449,9 @@ class HostSession:
             if sink is not None:
                 params["call"] = call = secrets.token_hex(8)
                 self._tool_calls[call] = sink
+            origin = self._sdk.current_origin()
+            if origin is not None:  # the plugin's current_origin() during this call (a timer-like tool keeps it)
+                params["origin"] = {"channel": origin.channel, "user_id": origin.user_id, "group_id": origin.group_id}
             try:
                 result = await self.call("tool.invoke", params, timeout=timeout)
             except PluginGone as e:

@@ -19,6 +19,12 @@ Lifecycle (why it is shaped this way):
   check: the plugin must answer a ``ping`` within ``hang_timeout``, else it is
   considered hung, killed and restarted. A slow tool is not a hung plugin; a
   plugin whose loop is blocked is.
+* Where the daemon's sandbox works (:mod:`homeagent.confine`), the process
+  runs under bubblewrap: its own folder and the Python runtime read-only, its
+  state folder (``plugin_data/<name>``, also its ``HOME``) read-write, nothing
+  else of the data dir, the network only when its manifest declares the
+  ``net`` capability, and the rest of the filesystem (read-only) only when it
+  declares ``files``. ``plugin info`` shows which (``sandbox``).
 * Restarts reuse the SDK object the registry gave ``start``; the registry's
   own per-plugin unregistration (``HostSDK.close``) still removes everything
   on unload or reload.
@@ -41,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from homeagent import __version__
 from homeagent.childenv import scrubbed_env
+from homeagent.confine import Confinement, Launch, SandboxUnavailable, python_paths
 from homeagent.plugins.manifest import Manifest, entry_kind
 from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, ConnectionStats, Pipes, PluginGone
@@ -86,6 +93,8 @@ class ProcOptions:
     python: str = field(default_factory=lambda: sys.executable)
     # The memory and CPU-time limits of the named plugin, read at each (re)start.
     limits: Callable[[str], ResourceLimits] = field(default=lambda name: ResourceLimits())
+    # Confines each (re)start of the process; None: run it as the daemon's user (the weaker mode).
+    sandbox: Confinement | None = None
 
     def session(self) -> SessionOptions:
         return SessionOptions(
@@ -127,9 +136,16 @@ def command_for(folder: Path, manifest: Manifest, python: str = sys.executable) 
     raise ValueError(f"entry {entry!r} is not executable; run: chmod +x {path}")
 
 
-def _child_env(name: str, folder: Path, python: str, keep: tuple[str, ...] = ()) -> dict[str, str]:
-    """The daemon's environment minus credentials (bar those the manifest's ``env`` names), plus the plugin's identity."""
+def _child_env(
+    name: str, folder: Path, python: str, keep: tuple[str, ...] = (), confined_state: Path | None = None
+) -> dict[str, str]:
+    """The daemon's environment minus credentials (bar those the manifest's ``env`` names), plus the plugin's identity.
+
+    ``confined_state``: the state folder of a sandboxed plugin, its only writable place, so its temporary files.
+    """
     env = scrubbed_env(keep=keep, keep_prefixes=("HOMEAGENT_PLUGIN_",))
+    if confined_state is not None:
+        env["TMPDIR"] = str(confined_state)
     env.update(
         HOMEAGENT_PLUGIN_NAME=name,
         HOMEAGENT_PLUGIN_DIR=str(folder),
@@ -192,6 +208,7 @@ class ProcPlugin(Plugin):
         self._stats = ConnectionStats()  # across restarts
         self._limits = ResourceLimits()
         self._log_dropped = 0  # by sessions that have ended
+        self._sandbox_label = ""
 
     # ---------------------------------------------------------------- public lifecycle
 
@@ -280,6 +297,7 @@ class ProcPlugin(Plugin):
             "cleaner_skipped": session.cleaner_skipped if session is not None else 0,
             "registrations": session.registrations() if session is not None else [],
             "limits": self._limits.to_dict(),
+            "sandbox": self._sandbox_label,
             "log_dropped": self._log_dropped + (session.log_dropped if session is not None else 0),
         }
         if self._state == "restarting":
@@ -304,11 +322,19 @@ class ProcPlugin(Plugin):
             self._session.log_dropped = 0
         self._limits = self.options.limits(self.name)
         try:
+            launch = await self._confined()
+        except SandboxUnavailable as e:
+            raise LaunchError(str(e)) from None
+        except OSError as e:
+            raise LaunchError(f"cannot create its state folder: {e.strerror or e}") from None
+        self._sandbox_label = launch.label
+        try:
             child = await self._supervisor.spawn(
                 self.name,
-                self.argv,
+                launch.argv,
                 cwd=self.folder,
-                env=_child_env(self.name, self.folder, self.options.python, self.manifest.env),
+                env=_child_env(self.name, self.folder, self.options.python, self.manifest.env,
+                               self._data_dir if launch.confined else None),
                 on_stdout=on_stdout,
                 on_exit=self._on_exit,
                 logger=self.log,
@@ -371,6 +397,25 @@ class ProcPlugin(Plugin):
             await self._discard_child()
             raise LaunchError(problem)
         self._hello = hello
+
+    async def _confined(self) -> Launch:
+        """The command line of this start: under the sandbox when there is one (its folder, its state, its net)."""
+        sandbox = self.options.sandbox
+        if sandbox is None:
+            return Launch(list(self.argv), False, True, "none (no sandbox configured)")
+        state = self._data_dir
+        if state is not None:
+            await asyncio.to_thread(state.mkdir, parents=True, exist_ok=True)
+        whole = ["/"] if "files" in self.capabilities.granted else []
+        runtime = await asyncio.to_thread(python_paths)  # a stat() per sys.path entry
+        return sandbox.wrap(
+            self.argv,
+            cwd=str(self.folder),
+            readable=[*whole, self.folder, *runtime],
+            writable=[state] if state is not None else [],
+            network="net" in self.capabilities.granted,
+            home=str(state) if state is not None else "/tmp",
+        )
 
     @staticmethod
     def _check_hello(hello: Any) -> str:

@@ -10,6 +10,15 @@ function stat(label, value) {
   return h("div", { class: "stat" }, h("div", { class: "stat-label" }, label), h("div", { class: "stat-value" }, value));
 }
 
+// Whether commands, terminals and plugins are confined; the weaker mode is shown as a warning.
+function sandboxStat(sb) {
+  const el = stat(t("overview.sandbox"), sb.summary || sb.state || "?");
+  el.id = "overview-sandbox";
+  el.dataset.state = sb.state || "";
+  if (sb.state && !sb.confined && sb.state !== "checking") el.classList.add("warn");
+  return el;
+}
+
 export async function mount(root) {
   const stats = h("div", { class: "stats", id: "overview-stats" });
   const sources = h("div", { id: "overview-sources" });
@@ -30,6 +39,7 @@ export async function mount(root) {
         stat(t("overview.llm"), s.llm_source || "?"),
         stat(t("overview.agent"), `${agent.busy ? t("overview.busy") : t("overview.idle")} · ${agent.turns || 0} ${t("overview.turns")}`),
         stat(t("overview.tools"), String(s.tools ?? "")),
+        sandboxStat(s.sandbox || {}),
       );
       const src = await api("GET", "/api/v1/llm/sources");
       const rows = (src.sources || []).map((x) => h("tr", {},

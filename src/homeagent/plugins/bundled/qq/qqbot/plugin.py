@@ -15,8 +15,10 @@ daemon). How a message travels:
   and retries), remembering which chat each input id came from.
 * The reply to an input comes back on the output channel ``qq`` with
   ``reply_to`` (and the host's ``user_id``/``group_id``): it is sent to the
-  chat it came from, in parts of at most ``max_message_chars`` characters,
-  paced per chat by a token bucket.
+  chat it came from, in parts of at most ``max_message_chars`` characters
+  (cut at natural ends, never inside a code block or a character; one message
+  per paragraph with ``reply_style`` paragraphs), paced per chat by a token
+  bucket.
 """
 
 from __future__ import annotations
@@ -27,14 +29,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from homeagent.sdk import ConfigDef, InjectOptions, OutputCap, PluginSDK, ServiceUnavailable
+from homeagent.sdk import ConfigDef, InjectOptions, MediaBlock, OutputCap, PluginSDK, ServiceUnavailable
 from homeagent.sdk.remote import RemoteError, RemoteSDK
 from qqbot.cleaner import clean
-from qqbot.message import Segment, header, segments, split_text, text_message, to_text
+from qqbot.images import IMAGES_PER_MESSAGE, ImageFetcher
+from qqbot.message import Segment, header, segments, split_paragraphs, split_text, text_message, to_text
 from qqbot.transport import ActionError, NotConnected, OneBotLink
 
 BUSY = -32005
@@ -47,6 +50,13 @@ QUOTE_CHARS = 200
 RECONNECT_WAIT = 30.0
 """How long a reply waits for a lost OneBot connection to come back before it is given up."""
 SENT_KEPT = 2000
+IMAGE_BYTES = 20 * 1024 * 1024
+"""The most read of one image in a message (the media store's default limit)."""
+SETTINGS_EVERY = 2.0
+"""How often settings are read again (allow-lists and reply settings apply without a restart)."""
+RESTART_FIELDS = ("mode", "ws_url", "access_token", "reverse_host", "reverse_port", "http_api_url", "http_secret",
+                  "queue_size", "reconnect_max")
+"""Settings that apply when the plugin starts (``plugin reload qq``): the connection, the queue."""
 
 
 def _defs() -> list[ConfigDef]:
@@ -82,12 +92,22 @@ def _defs() -> list[ConfigDef]:
         ConfigDef("group_keywords", "", "string", "Group keywords",
                   "Besides an @-mention, a group message that contains one of these (comma-separated, e.g. "
                   "'/ask, 小助手') is answered.", cat, owner_only=True),
+        ConfigDef("images_to_model", "public", "select", "Images to the model",
+                  "Images in QQ messages are fetched (at most 4 a message, each within core.memory.media.max_bytes) "
+                  "and go to the model with the message, and into the media store. public: only from public "
+                  "addresses (QQ's image servers); any: also from loopback and LAN addresses (an implementation "
+                  "that serves images itself); off: the model gets the [图片 URL] marker only.", cat,
+                  options=["public", "any", "off"], owner_only=True),
         ConfigDef("remember_unaddressed", False, "bool", "Remember unaddressed group messages",
                   "Group messages that do not address the bot get no reply; with this on they are still stored "
                   "in the document memory.", cat, owner_only=True),
         ConfigDef("max_message_chars", 1500, "int", "Longest message",
                   "Replies longer than this are sent as several messages (QQ cuts very long ones).", cat,
                   min=100, max=4500),
+        ConfigDef("reply_style", "whole", "select", "Reply style",
+                  "whole: a reply is one message, split only where it is longer than the longest message; "
+                  "paragraphs: each paragraph of a reply (blank-line separated; a code block stays whole) is a "
+                  "message of its own, as people write in chats.", cat, options=["whole", "paragraphs"]),
         ConfigDef("max_parts", 8, "int", "Most messages per reply",
                   "A reply is never sent as more messages than this; the rest is dropped with a note.", cat,
                   min=1, max=50),
@@ -99,6 +119,19 @@ def _defs() -> list[ConfigDef]:
         ConfigDef("reconnect_max", 60, "int", "Longest reconnect delay (s)",
                   "Forward mode: reconnect attempts back off from 1 s up to this.", cat, min=1, max=3600),
     ]
+
+
+def _choice(raw: Any, options: tuple[str, ...], unknown: str) -> str:
+    """A select setting; an unknown value gives ``unknown`` (the safe choice), not an error at every message."""
+    value = str(raw or "").strip().lower()
+    return value if value in options else unknown
+
+
+def _flag(raw: Any) -> bool:
+    """A bool setting, also when it comes as text ("false" is false)."""
+    if isinstance(raw, str):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    return bool(raw)
 
 
 def _ids(raw: Any) -> frozenset[str]:
@@ -118,7 +151,9 @@ class QQSettings:
     allowed_groups: frozenset[str] = frozenset()
     group_keywords: tuple[str, ...] = ()
     remember_unaddressed: bool = False
+    images_to_model: str = "public"
     max_message_chars: int = 1500
+    reply_style: str = "whole"
     max_parts: int = 8
     rate_per_minute: int = 20
     queue_size: int = 200
@@ -145,8 +180,10 @@ class QQSettings:
             allowed_users=_ids(get("allowed_users", "")),
             allowed_groups=_ids(get("allowed_groups", "")),
             group_keywords=tuple(k.lower() for k in _ids(get("group_keywords", ""))),
-            remember_unaddressed=bool(get("remember_unaddressed", False)),
+            remember_unaddressed=_flag(get("remember_unaddressed", False)),
+            images_to_model=_choice(get("images_to_model", d.images_to_model), ("public", "any", "off"), "off"),
             max_message_chars=num("max_message_chars", d.max_message_chars),
+            reply_style="paragraphs" if str(get("reply_style", d.reply_style)) == "paragraphs" else "whole",
             max_parts=num("max_parts", d.max_parts),
             rate_per_minute=num("rate_per_minute", d.rate_per_minute),
             queue_size=max(1, num("queue_size", d.queue_size)),
@@ -180,6 +217,7 @@ class Inbound:
     message_id: str
     remember_only: bool = False
     reply_to: str = ""
+    images: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -191,6 +229,8 @@ class Counters:
     not_allowed: int = 0
     remembered: int = 0
     inject_errors: int = 0
+    images: int = 0
+    image_errors: int = 0
     sent: int = 0
     send_errors: int = 0
 
@@ -233,9 +273,10 @@ def _error(e: BaseException) -> dict[str, Any]:
 
 META_HELP = (
     "Routing: {\"group_id\": \"123456\"} sends to a group, {\"user_id\": \"10001\"} to a private chat "
-    "(only allowed groups/users: settings plugin.qq.allowed_groups / allowed_users). The reply to a QQ message "
-    "goes back to its chat by itself; use this channel to write to a chat on your own. Types: text (long text is "
-    "split into several messages and paced per chat), image (payload: an http(s) URL or an absolute file path the "
+    "(only allowed groups/users: settings plugin.qq.allowed_groups / allowed_users); no meta while answering a QQ "
+    "message: that message's chat. The reply to a QQ message goes back to its chat by itself; use this channel to "
+    "write to a chat on your own or to send several messages (one call each). Types: text (long text is split into "
+    "several messages at paragraph or sentence ends, never inside a code block, and paced per chat), image (payload: an http(s) URL or an absolute file path the "
     "OneBot implementation can read), file (payload: an absolute file path; uses the upload_*_file extension of "
     "NapCat/Lagrange/go-cqhttp)."
 )
@@ -258,6 +299,7 @@ class QQPlugin:
         self._sent: collections.OrderedDict[str, Chat] = collections.OrderedDict()
         self._pacer = Pacer(20)
         self._tasks: list[asyncio.Task[None]] = []
+        self._images: ImageFetcher | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -268,6 +310,9 @@ class QQPlugin:
         self.cfg = QQSettings.read(sdk.settings.get)
         self._queue = asyncio.Queue(self.cfg.queue_size)
         self._pacer = Pacer(self.cfg.rate_per_minute)
+        # the daemon checks each image against core.memory.media.max_bytes (a refusal sends the text alone);
+        # this only bounds what is read before that
+        self._images = ImageFetcher(allow_private=self.cfg.images_to_model == "any", max_bytes=IMAGE_BYTES)
         sdk.register_text_cleaner("qq", clean)
         sdk.register_output_channel(
             "qq",
@@ -289,7 +334,8 @@ class QQPlugin:
             )
         else:
             link = self.link.run_forward(cfg.ws_url, cfg.access_token, backoff_max=float(cfg.reconnect_max))
-        self._tasks = [asyncio.create_task(link), asyncio.create_task(self._feed()), asyncio.create_task(self._post())]
+        self._tasks = [asyncio.create_task(link), asyncio.create_task(self._feed()), asyncio.create_task(self._post()),
+                       asyncio.create_task(self._follow_settings())]
         if not cfg.allowed_users and not cfg.allowed_groups:
             self.log.warning("plugin.qq.allowed_users and allowed_groups are empty: every QQ message is ignored")
 
@@ -300,6 +346,39 @@ class QQPlugin:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
+        if self._images is not None:
+            await self._images.close()
+
+    async def _follow_settings(self) -> None:
+        """Apply changed settings within ``SETTINGS_EVERY`` seconds, without a restart.
+
+        Who may talk (allow-lists, keywords) and how replies are sent take
+        effect at once; where the plugin connects and the queue size need
+        ``plugin reload qq``, and the log says so.
+        """
+        sdk = self.sdk
+        assert sdk is not None
+        told: QQSettings | None = None
+        while True:
+            await asyncio.sleep(SETTINGS_EVERY)
+            try:
+                stored = await asyncio.to_thread(sdk.settings.list)  # one call: the values set, by key
+                new = QQSettings.read(stored.get)
+            except Exception as e:  # the daemon is busy or going away: try again next time
+                self.log.debug("reading settings failed: %s", e)
+                continue
+            old = self.cfg
+            kept = {f: getattr(old, f) for f in RESTART_FIELDS}
+            live = replace(new, **kept)
+            if live != old:
+                if live.rate_per_minute != old.rate_per_minute:
+                    self._pacer = Pacer(live.rate_per_minute)
+                self.cfg = live
+                self.log.info("settings changed; applied")
+            pending = replace(old, **{f: getattr(new, f) for f in RESTART_FIELDS})
+            if pending != old and pending != told:
+                told = pending
+                self.log.warning("connection settings changed: run `homeagent plugin reload qq` to apply them")
 
     def _status(self, state: str, detail: str) -> None:
         if (state, detail) == self.state:
@@ -351,7 +430,8 @@ class QQPlugin:
             return
         text = f"{header(user_id, nickname, chat.id if chat.kind == 'group' else '')} {parsed.text}"
         item = Inbound(text, chat, user_id, nickname, str(ev.get("message_id") or ""), remember_only=not addressed,
-                       reply_to=parsed.reply_to)
+                       reply_to=parsed.reply_to,
+                       images=[u for u in parsed.images if u.startswith(("http://", "https://"))][:IMAGES_PER_MESSAGE])
         try:
             self._queue.put_nowait(item)
         except asyncio.QueueFull:
@@ -373,18 +453,28 @@ class QQPlugin:
                 item.text = await self._with_quote(item.text, item.reply_to)
             options = InjectOptions(
                 user_id=item.user_id,
+                user_name=item.nickname,
                 group_id=item.chat.id if item.chat.kind == "group" else "",
                 meta={"qq": {"chat": item.chat.kind, "chat_id": item.chat.id, "nickname": item.nickname,
                              "message_id": item.message_id}},
             )
+            media = await self._fetch_images(item.images)
             delay = 0.05
             while True:
                 try:
-                    ident = sdk.inject_text("qq", "qq", item.text, options=options)
+                    if media:
+                        ident = sdk.inject_input_media("qq", "qq", item.text, media, options=options)
+                    else:
+                        ident = sdk.inject_text("qq", "qq", item.text, options=options)
                 except RemoteError as e:
                     if e.code == BUSY:
                         await asyncio.sleep(delay)
                         delay = min(delay * 2, 1.0)
+                        continue
+                    if media:  # the media were refused (too big, media store off): the text still goes, markers in it
+                        self.log.warning("the daemon refused the images of a QQ message (%s); sending its text", e)
+                        self.counters.image_errors += len(media)
+                        media = []
                         continue
                     self.counters.inject_errors += 1
                     self.log.error("the daemon refused a QQ message: %s", e)
@@ -397,6 +487,25 @@ class QQPlugin:
                     while len(self._routes) > ROUTES_KEPT:
                         self._routes.popitem(last=False)
                 break
+
+    async def _fetch_images(self, urls: list[str]) -> list[MediaBlock]:
+        """The message's images as media for the model (``images_to_model``); the ones that fail are left out."""
+        fetcher = self._images
+        if not urls or fetcher is None or self.cfg.images_to_model == "off":
+            return []
+        fetcher.allow_private = self.cfg.images_to_model == "any"
+        results = await asyncio.gather(*(fetcher.fetch(u) for u in urls), return_exceptions=True)
+        blocks: list[MediaBlock] = []
+        for url, result in zip(urls, results, strict=True):
+            if isinstance(result, MediaBlock):
+                blocks.append(result)
+                self.counters.images += 1
+            elif isinstance(result, Exception):
+                self.counters.image_errors += 1
+                self.log.warning("QQ image %s not fetched: %s", url[:120], result)
+            else:
+                raise result
+        return blocks
 
     async def _with_quote(self, text: str, message_id: str) -> str:
         """``[回复 #ID]`` with who said what in the quoted message, so the model sees what is being answered.
@@ -493,7 +602,8 @@ class QQPlugin:
         chat, quoted, is_reply = self._route(meta)
         try:
             if type_ == "text":
-                parts = split_text(payload, self.cfg.max_message_chars, self.cfg.max_parts)
+                split = split_paragraphs if self.cfg.reply_style == "paragraphs" else split_text
+                parts = split(payload, self.cfg.max_message_chars, self.cfg.max_parts)
                 if not parts:
                     raise ValueError("nothing to send: the text is empty")
                 ids = []
