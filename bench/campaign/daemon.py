@@ -80,9 +80,10 @@ class Footprint:
 class DaemonProc:
     """`homeagent run` as a child process; its output goes to a log file next to the data dir."""
 
-    def __init__(self, data_dir: Path, *, web: bool = False) -> None:
+    def __init__(self, data_dir: Path, *, web: bool = False, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.web = web
+        self.env = {**clean_env(), **(env or {})}  # e.g. HOMEAGENT_LLM_* of a fake LLM
         self.log_path = data_dir.parent / f"{data_dir.name}-daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.token: str | None = None
@@ -107,7 +108,7 @@ class DaemonProc:
         with self.log_path.open("ab") as log:
             log.write(f"\n===== start {self.starts} =====\n".encode())
             # Popen, not asyncio's: the daemon outlives this call and is waited for from any loop (or none)
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=clean_env())  # noqa: ASYNC220
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env)  # noqa: ASYNC220
         self.starts += 1
         deadline = time.monotonic() + timeout
         while True:
