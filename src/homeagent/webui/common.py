@@ -159,6 +159,8 @@ async def read_json(request: Request, *, limit: int = MAX_JSON_BYTES) -> Any:
         raise ApiError(400, "malformed JSON: the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # NaN, Infinity, a number out of range: refused by loads with its reason
+        raise ApiError(400, f"malformed JSON: {exc}") from None
 
 
 async def read_object(request: Request) -> dict[str, Any]:
