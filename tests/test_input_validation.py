@@ -169,3 +169,18 @@ async def test_http_settings_with_nan_huge_or_out_of_range_numbers_are_400_and_n
         await web.server.close()
     # all or nothing: the valid max_tokens next to a bad value was not stored either
     assert {k: daemon.config.get(k) for k in before} == before
+
+
+async def test_http_path_ids_and_host_ports_out_of_range_or_not_ascii_are_refused_not_500(daemon: Daemon) -> None:
+    """Found by schemathesis: `DELETE /api/v1/approvals/rules/<20 digits>` answered 500 (SQLite's integer overflow)."""
+    web = await start_web(daemon)
+    try:
+        async with web.client() as c:
+            for rule, status in (("9" * 20, 400), ("\u00b2", 400), ("12", 404)):
+                answer = await c.delete(f"/api/v1/approvals/rules/{rule}")
+                assert answer.status_code == status, (rule, answer.text)
+            # "²" is a digit to str.isdigit, not to int(): a Host port made of it is not a port
+            odd_host = await c.get("/api/v1/status", headers={"Host": "127.0.0.1:\u00b2".encode("latin-1")})
+            assert odd_host.status_code < 500, odd_host.text
+    finally:
+        await web.server.close()

