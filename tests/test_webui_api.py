@@ -423,30 +423,46 @@ async def test_events_replay_after_last_event_id(web: Web) -> None:
     assert seen == [2, 3, 4, 99]
 
 
-async def test_an_sse_client_that_never_reads_costs_bounded_memory(web: Web) -> None:
-    _, writer = await asyncio.open_connection(web.server.host, web.server.port)
+async def test_an_sse_client_that_never_reads_costs_bounded_memory_and_is_told_why_it_was_dropped(web: Web) -> None:
+    reader, writer = await asyncio.open_connection(web.server.host, web.server.port)
     host = f"127.0.0.1:{web.server.port}"
     writer.write(f"GET /api/v1/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {web.token}\r\n\r\n".encode())
     await writer.drain()
-    await asyncio.sleep(0.2)  # connected and subscribed; from now on it never reads
+    await asyncio.sleep(0.2)  # connected and subscribed; from now on it reads nothing
     bus = web.daemon.events
     payload = "x" * 20_000
     started = time.perf_counter()
-    for i in range(2000):  # 40 MB through a client that reads nothing
+    for i in range(600):  # 12 MB through a client that reads nothing: its buffer (256 events) fills
+        bus.publish("flood", {"i": i, "payload": payload})
+        if i % 200 == 0:
+            await asyncio.sleep(0)
+    await asyncio.sleep(0.3)
+    sub = next(s for s in bus.stats() if s["name"] == "webui-sse")
+    assert sub["queued"] <= 256 and sub["dropped"] > 0  # bounded, still following
+    for i in range(1400):  # it has now lost more than 1,024 events: the daemon lets go of its buffer
         bus.publish("flood", {"i": i, "payload": payload})
         if i % 200 == 0:
             await asyncio.sleep(0)
     publish_s = time.perf_counter() - started
     await asyncio.sleep(0.3)
+    assert not [s for s in bus.stats() if s["name"] == "webui-sse"]
     async with web.client() as c:
         t0 = time.perf_counter()
         assert (await c.get("/api/v1/status")).status_code == 200
         status_ms = (time.perf_counter() - t0) * 1000
-    sub = next(s for s in bus.stats() if s["name"] == "webui-sse")
-    writer.close()
-    assert publish_s < 2.0
+    assert publish_s < 4.0
     assert status_ms < 500
-    assert sub["queued"] <= 256 and sub["dropped"] > 1000
+    # when it reads again, it gets what was in flight, then an overflow event that says why, then the end
+    received = b""
+    async with asyncio.timeout(20):
+        while not received.endswith(b"0\r\n\r\n"):
+            more = await reader.read(1 << 16)
+            assert more, received[-500:]
+            received += more
+    writer.close()
+    assert b"event: overflow" in received
+    overflow = received[received.index(b"event: overflow"):].split(b"data: ", 1)[1].split(b"\n", 1)[0]
+    assert json.loads(overflow)["dropped"] > 0 and "reconnect" in json.loads(overflow)["message"]
 
 
 async def test_fifty_concurrent_sessions_stay_separate(web: Web) -> None:

@@ -159,6 +159,8 @@ async def read_json(request: Request, *, limit: int = MAX_JSON_BYTES) -> Any:
         raise ApiError(400, "malformed JSON: the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # NaN, Infinity, a number out of range: refused by loads with its reason
+        raise ApiError(400, f"malformed JSON: {exc}") from None
 
 
 async def read_object(request: Request) -> dict[str, Any]:
@@ -190,6 +192,17 @@ def query_int(request: Request, name: str, default: int, *, lo: int = 0, hi: int
     except ValueError:
         raise ApiError(400, f"query parameter {name!r} must be a whole number") from None
     return max(lo, min(hi, value))
+
+
+def path_id(request: Request, name: str = "id") -> int:
+    """A row id from the path: ASCII digits only (``str.isdigit`` also takes "²", which ``int`` refuses), and at
+    most 18 of them, so it fits SQLite's 64-bit integers (a longer one raised OverflowError: a 500)."""
+    raw = str(request.path_params.get(name, ""))
+    if not (raw.isascii() and raw.isdigit()):
+        raise ApiError(400, f"{name} must be a whole number")
+    if len(raw) > 18:
+        raise ApiError(400, f"{name} is out of range (18 digits at most)")
+    return int(raw)
 
 
 def jsonable(value: Any) -> Any:
