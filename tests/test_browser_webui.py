@@ -89,36 +89,16 @@ async def shot(page: Page, name: str) -> None:
         await page.screenshot(path=str(Path(SHOTS) / f"{name}.png"))
 
 
-async def wire_missing_subsystems(daemon: Daemon, data: Path, closers: list[Any]) -> None:
-    """Give the daemon the real subsystems its pages show, where it does not wire them itself (yet)."""
-    from homeagent.knowledge.base import KnowledgeBase
+async def fill_pages(daemon: Daemon, data: Path) -> None:
+    """Fill the daemon's own subsystems with what the pages show; the daemon wires every one of them itself."""
     from homeagent.memory.context import ContextEvent
     from homeagent.plugins.package import pack_plugin
-    from homeagent.plugins.registry import PluginRegistry
-    from homeagent.plugins.services import PluginServices
 
     await daemon.graph.commit([{"subject": s, "relation": r, "object": o} for s, r, o in TRIPLES])
     daemon.context.append(ContextEvent(kind="user", input="Alice moved to Paris last spring.", channel="webui"))
     daemon.context.append(ContextEvent(kind="agent", response="Noted: Alice lives in Paris now.", channel="webui"))
     await daemon.docs.acommit("Alice works at Acme; Acme is in Paris.", summary="Alice's work")
-    if getattr(daemon, "knowledge", None) is None:
-        daemon.knowledge = KnowledgeBase(daemon.paths.knowledge)  # type: ignore[attr-defined]
     await daemon.knowledge.add("recipes", "# Tomato and egg\n\n1. Scramble the eggs.\n2. Add the **tomatoes**.\n")
-    if getattr(daemon, "plugins", None) is None:
-        services = PluginServices(
-            tools=daemon.tools,
-            stages=daemon.stages,
-            io=daemon.io,
-            config=daemon.config,
-            events=daemon.events,
-            channels=daemon.channels,
-            prompt=daemon.prompt,
-            llm=daemon.llm,
-            data_dir=daemon.paths.root,
-        )
-        registry = PluginRegistry(services, daemon.paths.plugins, builtins={}, entry_points=False)
-        daemon.plugins = registry  # type: ignore[attr-defined]
-        closers.append(registry.stop_all)
     package, _, _ = await asyncio.to_thread(
         pack_plugin, Path(__file__).parent / "fixtures" / "plugins" / "luademo", data / "luademo.hmap"
     )
@@ -134,8 +114,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         data.mkdir()
         daemon = Daemon(DataPaths(data), web=False)
         await daemon.start()
-        closers: list[Any] = []
-        await wire_missing_subsystems(daemon, data, closers)
+        await fill_pages(daemon, data)
         web = await start_web(daemon)
         playwright = await async_playwright().start()
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
@@ -149,8 +128,6 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             await browser.close()
             await playwright.stop()
             await web.server.close()
-            for close in reversed(closers):
-                await close()
             await daemon.stop()
 
 
@@ -340,7 +317,7 @@ async def test_a_message_sent_while_history_loads_stays_last(stack: Stack) -> No
 
 
 async def test_ui_degrades_without_node_modules(stack: Stack) -> None:
-    bare = await start_webui(stack.web.daemon, listen="127.0.0.1:0", vendor={})
+    bare = await start_webui(stack.web.daemon.web_host(), listen="127.0.0.1:0", vendor={})
     context = await stack.new_context()  # its own cookie jar: the session belongs to this server
     try:
         assert (await context.request.post(bare.url + "api/v1/login", data={"token": stack.web.token})).ok

@@ -35,10 +35,7 @@ class ApprovalsAPI:
 
     @property
     def broker(self) -> ApprovalBroker:
-        broker = getattr(self.ctx.daemon, "approvals", None)
-        if not isinstance(broker, ApprovalBroker):
-            raise ApiError(501, "approvals are not available in this daemon")
-        return broker
+        return self.ctx.daemon.approvals
 
     def ops(self) -> list[Op]:
         return [

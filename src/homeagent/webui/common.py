@@ -27,6 +27,7 @@ from homeagent.webui.sse import StreamRegistry
 if TYPE_CHECKING:
     from homeagent.config import ConfigRegistry
     from homeagent.memory.media import MediaInfo, PutResult
+    from homeagent.webui.host import WebHost
     from homeagent.webui.turns import TurnSlots
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -78,9 +79,13 @@ class MediaLibrary(Protocol):
 
 @dataclass
 class WebContext:
-    """State of one web server, handed to every route module (no globals)."""
+    """State of one web server, handed to every route module (no globals).
 
-    daemon: Any
+    ``daemon`` is the typed :class:`~homeagent.webui.host.WebHost` the daemon built: the only way routes
+    reach a subsystem.
+    """
+
+    daemon: WebHost
     tokens: TokenStore
     sessions: SessionStore
     limiter: LoginLimiter
@@ -88,14 +93,17 @@ class WebContext:
     uploads_dir: Path
     turns: TurnSlots
     hosts: HostCheck = field(default_factory=HostCheck)
-    media: MediaLibrary | None = None  # the media store, when core.memory.media.enabled
     started: float = field(default_factory=time.time)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
     def config(self) -> ConfigRegistry:
-        config: ConfigRegistry = self.daemon.config
-        return config
+        return self.daemon.config
+
+    @property
+    def media(self) -> MediaLibrary | None:
+        """The media store, when core.memory.media.enabled (and it opened)."""
+        return self.daemon.media
 
     def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         """A task the server owns (cancelled on close)."""
