@@ -7,7 +7,7 @@ Every section measures a plain baseline in the same run (plain numpy brute
 force, bm25s, plain SQLite inserts) and prints markdown tables.
 
     .venv/bin/python bench/bench_memory.py                 # everything (~5 min on 2 cores)
-    .venv/bin/python bench/bench_memory.py prune l2       # some sections
+    .venv/bin/python bench/bench_memory.py prune l2       # some sections (also: recent)
     .venv/bin/python bench/bench_memory.py --quick         # smaller sizes
 """
 
@@ -276,6 +276,37 @@ def bench_l2(quick: bool) -> None:
            "numpy exact p95", "dense overlap@10 vs exact", "insert s", "index load s", "bm25s scores p50 ms"], rows)
 
 
+# -- 4b. the memory browser's newest documents ----------------------------------------
+def bench_recent(quick: bool) -> None:
+    """DocumentStore.recent (one ``ORDER BY seq DESC LIMIT`` query) against the scan it replaced in the web UI."""
+    import collections
+
+    rows = []
+    dim = 64
+    rng = np.random.default_rng(0)
+    for n in (2_000,) if quick else (10_000, 50_000):
+        with tempfile.TemporaryDirectory() as d:
+            store = DocumentStore(Path(d) / "documents.db", HashingEmbedder(dim), analyzer=ANALYZER)
+            vecs = rng.standard_normal((n, dim)).astype(np.float32)
+            for i in range(0, n, 5000):
+                store.insert_many([DocDraft(f"note {j} about the garden", id=f"d{j}", vector=vecs[j], ts=1e9 + j)
+                                   for j in range(i, min(n, i + 5000))])
+            ours, scan = [], []
+            for _ in range(20):  # alternating, so both see the same machine load
+                t0 = time.perf_counter()
+                got = store.recent(20)
+                ours.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                old = list(reversed(collections.deque(store.iter_docs(), maxlen=20)))
+                scan.append(time.perf_counter() - t0)
+                assert [x.id for x in got] == [x.id for x in old]
+            store.close()
+        rows.append([f"{n:,}", f"{pct(ours, 50) * 1e3:.2f}", f"{pct(scan, 50) * 1e3:.1f}",
+                     f"{pct(scan, 50) / pct(ours, 50):.0f}x"])
+    table("Newest 20 documents (GET /api/v1/memory/documents without q)",
+          ["docs", "recent() p50 ms", "scan of every document p50 ms (before)", "speed-up"], rows)
+
+
 # -- 5. import ------------------------------------------------------------------------
 def bench_import(quick: bool) -> None:
     import sqlite3
@@ -353,7 +384,7 @@ def bench_lexical(quick: bool) -> None:
 
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "embedders": bench_embedders, "prune": bench_prune,
-    "l2": bench_l2, "import": bench_import, "lexical": bench_lexical,
+    "l2": bench_l2, "recent": bench_recent, "import": bench_import, "lexical": bench_lexical,
 }
 
 

@@ -124,7 +124,7 @@ async def ttft_with_llm(rounds: int) -> list[tuple[str, ...]]:
                 data.mkdir()
                 daemon = Daemon(DataPaths(data), web=False)
                 await daemon.start()
-                server = await start_webui(daemon, listen="127.0.0.1:0")
+                server = await start_webui(daemon.web_host(), listen="127.0.0.1:0")
                 try:
                     return await ttft(daemon, server, server.new_token or "", rounds, "LLM over HTTP")
                 finally:
@@ -270,7 +270,7 @@ async def main() -> None:
         data.mkdir()
         daemon = Daemon(DataPaths(data), web=False)
         await daemon.start()
-        server = await start_webui(daemon, listen="127.0.0.1:0")
+        server = await start_webui(daemon.web_host(), listen="127.0.0.1:0")
         token = server.new_token or ""
         try:
             rows = await ttft(daemon, server, token, rounds, "offline provider")

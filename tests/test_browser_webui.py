@@ -89,7 +89,7 @@ async def shot(page: Page, name: str) -> None:
         await page.screenshot(path=str(Path(SHOTS) / f"{name}.png"))
 
 
-async def wire_missing_subsystems(daemon: Daemon, data: Path, closers: list[Any]) -> None:
+async def fill_pages(daemon: Daemon, data: Path) -> None:
     """Fill the daemon's own subsystems with what the pages show; the daemon wires every one of them itself."""
     from homeagent.memory.context import ContextEvent
     from homeagent.plugins.package import pack_plugin
@@ -114,8 +114,7 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
         data.mkdir()
         daemon = Daemon(DataPaths(data), web=False)
         await daemon.start()
-        closers: list[Any] = []
-        await wire_missing_subsystems(daemon, data, closers)
+        await fill_pages(daemon, data)
         web = await start_web(daemon)
         playwright = await async_playwright().start()
         browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
@@ -129,8 +128,6 @@ async def stack(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Stack
             await browser.close()
             await playwright.stop()
             await web.server.close()
-            for close in reversed(closers):
-                await close()
             await daemon.stop()
 
 
@@ -320,7 +317,7 @@ async def test_a_message_sent_while_history_loads_stays_last(stack: Stack) -> No
 
 
 async def test_ui_degrades_without_node_modules(stack: Stack) -> None:
-    bare = await start_webui(stack.web.daemon, listen="127.0.0.1:0", vendor={})
+    bare = await start_webui(stack.web.daemon.web_host(), listen="127.0.0.1:0", vendor={})
     context = await stack.new_context()  # its own cookie jar: the session belongs to this server
     try:
         assert (await context.request.post(bare.url + "api/v1/login", data={"token": stack.web.token})).ok

@@ -17,7 +17,7 @@ from bench.campaign.__main__ import SIZES, campaign
 from bench.campaign.api import schemathesis_command
 from bench.campaign.report import table
 
-pytestmark = [pytest.mark.xdist_group("processes"), pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.xdist_group("processes"), pytest.mark.timeout(420)]
 
 
 async def test_the_bounded_campaign_meets_its_targets(tmp_path: Path) -> None:

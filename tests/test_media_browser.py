@@ -111,3 +111,46 @@ async def test_an_image_attached_in_the_chat_reaches_the_model_as_an_image(daemo
         text = request.body["messages"][-1]["content"][0]["text"]
         assert text.startswith("what colour is this?\n\n[file uploaded in the web UI: green.png (")
         assert text.endswith(f"[image/png {hashlib.sha256(picture).hexdigest()[:12]}] green.png")
+
+
+async def test_with_the_media_store_off_the_media_tab_says_so_and_the_others_work(data_dir: Path) -> None:
+    from homeagent.config import ConfigRegistry, core_defs
+    from homeagent.paths import DataPaths
+
+    config = ConfigRegistry(data_dir / "config.db")
+    for definition in core_defs(data_dir):
+        config.register_def(definition)
+    config.set("core.memory.media.enabled", False)
+    config.close()
+    daemon = Daemon(DataPaths(data_dir), web=False)
+    await daemon.start()
+    try:
+        await daemon.docs.acommit("The garden has tomatoes and basil.", summary="garden")
+        web = await start_web(daemon)
+        try:
+            async with async_playwright() as p:
+                browser = await p.chromium.launch(
+                    executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
+                )
+                try:
+                    context = await browser.new_context(viewport={"width": 1280, "height": 800})
+                    await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
+                    assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
+                    page = await context.new_page()
+                    page.set_default_timeout(15_000)
+                    errors: list[str] = []
+                    page.on("pageerror", lambda exc: errors.append(str(exc)))
+                    await page.goto(web.url + "#/memory/media")
+                    notice = page.locator("#view p.notice")
+                    await notice.wait_for()
+                    assert "does not have" in await notice.inner_text() and "media" in await notice.inner_text()
+                    assert await page.locator("#view p.error").count() == 0  # a 501 is a notice, not a failure
+                    await page.locator("button[data-tab='documents']").click()
+                    await page.get_by_text("The garden has tomatoes and basil.").wait_for()
+                    assert not errors
+                finally:
+                    await browser.close()
+        finally:
+            await web.server.close()
+    finally:
+        await daemon.stop()

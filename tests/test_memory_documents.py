@@ -66,6 +66,17 @@ def test_query_counts_access_unless_told_not_to(store: DocumentStore) -> None:
     assert doc is not None and doc.access_count == 1 and doc.last_access is not None
 
 
+async def test_recent_lists_the_newest_insertions_first_without_counting_a_use(store: DocumentStore) -> None:
+    # insertion order, not the document's own time: an imported old note is still the newest arrival
+    await store.ainsert(DocDraft("an old diary page, imported today", ts=1_000_000_000, id="imported"))
+    assert store.remove("f1")
+    recent = await store.arecent(3)
+    assert [d.id for d in recent] == ["imported", f"f{len(FACTS) - 1}", f"f{len(FACTS) - 2}"]
+    assert all(d.access_count == 0 for d in await store.arecent(100))
+    assert "f1" not in {d.id for d in await store.arecent(100)} and len(await store.arecent(100)) == len(FACTS)
+    assert await store.arecent(0) == []
+
+
 def test_irrelevant_queries_return_nothing_by_default(store: DocumentStore) -> None:
     assert store.query("quantum chromodynamics lecture notes", 3) == []
     assert len(store.query("quantum chromodynamics lecture notes", 3, min_score=float("-inf"))) == 3

@@ -150,6 +150,25 @@ async def test_token_rotation_over_the_socket(web: Web) -> None:
     assert new not in json.dumps(web.daemon.config.dump(mask_secrets=False)) and stored.startswith("sha256:")
 
 
+async def test_a_closed_web_ui_leaves_no_socket_methods_behind(daemon: Daemon) -> None:
+    from homeagent.cli.client import RemoteError
+
+    web = await start_web(daemon)
+    client = await Client.connect(daemon.paths.socket)
+    try:
+        assert (await client.call("webui.info", {}))["url"] == web.url
+        await web.server.close()
+        with pytest.raises(RemoteError, match=r"unknown method 'webui\.info'"):
+            await client.call("webui.info", {})
+        again = await start_webui(daemon.web_host(), listen="127.0.0.1:0")  # a later one registers them afresh
+        try:
+            assert (await client.call("webui.info", {}))["url"] == again.url
+        finally:
+            await again.close()
+    finally:
+        await client.close()
+
+
 async def test_cli_webui_token_rotates_through_the_daemon(web: Web) -> None:
     result = await run_cli(web.daemon.paths.root, "webui", "token")
     assert result.code == 0, result.err
@@ -173,12 +192,12 @@ async def test_cli_webui_token_without_a_daemon(tmp_path: Path) -> None:
 
 async def test_refuses_remote_address_without_allow_remote(daemon: Daemon) -> None:
     with pytest.raises(WebUIError, match="allow_remote"):
-        await start_webui(daemon, listen="0.0.0.0:0")
+        await start_webui(daemon.web_host(), listen="0.0.0.0:0")
 
 
 async def test_port_in_use_fails_clearly_and_daemon_keeps_running(web: Web) -> None:
     with pytest.raises(WebUIError, match="already in use"):
-        await start_webui(web.daemon, listen=f"127.0.0.1:{web.server.port}")
+        await start_webui(web.daemon.web_host(), listen=f"127.0.0.1:{web.server.port}")
     async with web.client() as c:
         assert (await c.get("/api/v1/status")).status_code == 200
     assert not web.daemon.stopped.is_set()
@@ -423,30 +442,46 @@ async def test_events_replay_after_last_event_id(web: Web) -> None:
     assert seen == [2, 3, 4, 99]
 
 
-async def test_an_sse_client_that_never_reads_costs_bounded_memory(web: Web) -> None:
-    _, writer = await asyncio.open_connection(web.server.host, web.server.port)
+async def test_an_sse_client_that_never_reads_costs_bounded_memory_and_is_told_why_it_was_dropped(web: Web) -> None:
+    reader, writer = await asyncio.open_connection(web.server.host, web.server.port)
     host = f"127.0.0.1:{web.server.port}"
     writer.write(f"GET /api/v1/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {web.token}\r\n\r\n".encode())
     await writer.drain()
-    await asyncio.sleep(0.2)  # connected and subscribed; from now on it never reads
+    await asyncio.sleep(0.2)  # connected and subscribed; from now on it reads nothing
     bus = web.daemon.events
     payload = "x" * 20_000
     started = time.perf_counter()
-    for i in range(2000):  # 40 MB through a client that reads nothing
+    for i in range(600):  # 12 MB through a client that reads nothing: its buffer (256 events) fills
+        bus.publish("flood", {"i": i, "payload": payload})
+        if i % 200 == 0:
+            await asyncio.sleep(0)
+    await asyncio.sleep(0.3)
+    sub = next(s for s in bus.stats() if s["name"] == "webui-sse")
+    assert sub["queued"] <= 256 and sub["dropped"] > 0  # bounded, still following
+    for i in range(1400):  # it has now lost more than 1,024 events: the daemon lets go of its buffer
         bus.publish("flood", {"i": i, "payload": payload})
         if i % 200 == 0:
             await asyncio.sleep(0)
     publish_s = time.perf_counter() - started
     await asyncio.sleep(0.3)
+    assert not [s for s in bus.stats() if s["name"] == "webui-sse"]
     async with web.client() as c:
         t0 = time.perf_counter()
         assert (await c.get("/api/v1/status")).status_code == 200
         status_ms = (time.perf_counter() - t0) * 1000
-    sub = next(s for s in bus.stats() if s["name"] == "webui-sse")
-    writer.close()
-    assert publish_s < 2.0
+    assert publish_s < 4.0
     assert status_ms < 500
-    assert sub["queued"] <= 256 and sub["dropped"] > 1000
+    # when it reads again, it gets what was in flight, then an overflow event that says why, then the end
+    received = b""
+    async with asyncio.timeout(20):
+        while not received.endswith(b"0\r\n\r\n"):
+            more = await reader.read(1 << 16)
+            assert more, received[-500:]
+            received += more
+    writer.close()
+    assert b"event: overflow" in received
+    overflow = received[received.index(b"event: overflow"):].split(b"data: ", 1)[1].split(b"\n", 1)[0]
+    assert json.loads(overflow)["dropped"] > 0 and "reconnect" in json.loads(overflow)["message"]
 
 
 async def test_fifty_concurrent_sessions_stay_separate(web: Web) -> None:
@@ -484,22 +519,63 @@ async def test_fifty_concurrent_sessions_stay_separate(web: Web) -> None:
 # ---------------------------------------------------------------- subsystems
 
 
-async def test_missing_subsystems_answer_501(web: Web) -> None:
-    from homeagent.webui.manage import find_subsystems
+# the route of each feature /api/v1/status lists: a feature the UI shows must answer on the daemon's own wiring
+FEATURE_ROUTES = {
+    "plugins": "/api/v1/plugins",
+    "context": "/api/v1/memory/context",
+    "documents": "/api/v1/memory/documents",
+    "graph": "/api/v1/memory/graph",
+    "knowledge": "/api/v1/knowledge",
+    "adapters": "/api/v1/adapters",
+    "approvals": "/api/v1/approvals",
+    "media": "/api/v1/memory/media",
+}
 
-    found = find_subsystems(web.daemon)
+
+async def test_a_daemon_serves_every_feature_the_ui_lists(web: Web) -> None:
     async with web.client() as c:
-        for kind, path in (
-            ("plugins", "/api/v1/plugins"),
-            ("knowledge", "/api/v1/knowledge"),
-            ("graph", "/api/v1/memory/graph"),
-            ("context", "/api/v1/memory/context"),
-        ):
-            if found[kind] is not None:
-                continue  # wired by now; its own tests cover it
+        features = (await c.get("/api/v1/status")).json()["features"]
+        assert set(features) == set(FEATURE_ROUTES)
+        assert all(features.values()), features
+        for name, path in FEATURE_ROUTES.items():
             response = await c.get(path)
-            assert response.status_code == 501, path
-            assert "not available" in response.json()["error"]
+            assert response.status_code == 200, (name, response.text)
+        assert (await c.get("/api/v1/memory/stats")).status_code == 200
+
+
+async def test_with_the_media_store_off_its_routes_say_so_and_memory_still_answers(data_dir: Path) -> None:
+    from homeagent.config import ConfigRegistry, core_defs
+    from homeagent.paths import DataPaths
+
+    config = ConfigRegistry(data_dir / "config.db")
+    for definition in core_defs(data_dir):
+        config.register_def(definition)
+    config.set("core.memory.media.enabled", False)
+    config.close()
+    daemon = Daemon(DataPaths(data_dir), web=False)
+    await daemon.start()
+    try:
+        web = await start_web(daemon)
+        try:
+            async with web.client() as c:
+                features = (await c.get("/api/v1/status")).json()["features"]
+                assert features["media"] is False
+                assert all(v for k, v in features.items() if k != "media")
+                for path in ("/api/v1/memory/media", "/api/v1/memory/media/0123456789ab",
+                             "/api/v1/memory/media/0123456789ab/raw"):
+                    off = await c.get(path)
+                    assert off.status_code == 501, (path, off.text)
+                    assert "the media store is off" in off.json()["error"]
+                    assert off.json()["missing"] == "media"
+                sent = await c.post("/api/v1/chat/file", data={"inject": "false"},
+                                    files={"file": ("a.png", b"\x89PNG\r\n\x1a\n", "image/png")})
+                assert sent.status_code == 200, sent.text  # an upload is still kept, as a plain file
+                assert (await c.get("/api/v1/memory/stats")).status_code == 200
+                assert (await c.get("/api/v1/memory/documents")).status_code == 200
+        finally:
+            await web.server.close()
+    finally:
+        await daemon.stop()
 
 
 async def test_adapters_list_view_save_with_syntax_check(web: Web) -> None:
@@ -524,59 +600,48 @@ async def test_adapters_list_view_save_with_syntax_check(web: Web) -> None:
         assert not (web.daemon.paths.adapters / "mine.lua").exists()
 
 
-async def test_memory_routes_over_real_context_and_documents(
-    web: Web, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from homeagent.memory.cleaners import CleanerChain
-    from homeagent.memory.context import ContextEvent, RelevanceContext
-    from homeagent.memory.documents import DocumentStore
-    from homeagent.memory.embedder import HashingEmbedder
-    from homeagent.memory.graph import GraphDB
+async def test_memory_routes_over_the_daemons_own_stores(web: Web) -> None:
+    from homeagent.memory.context import ContextEvent
 
-    embedder = HashingEmbedder()
-    docs = DocumentStore(tmp_path / "docs.db", embedder)
-    context = RelevanceContext(tmp_path / "context.json", embedder, docs, CleanerChain(), save_delay=0.01)
-    for name in ("docs", "context", "graph"):
-        monkeypatch.setattr(web.daemon, name, None)
-    monkeypatch.setattr(web.daemon, "docs", docs)
-    monkeypatch.setattr(web.daemon, "context", context)
-    graph = await GraphDB.open(tmp_path / "graph.db")
-    await graph.commit(
+    d = web.daemon
+    d.context.append(ContextEvent(kind="user", input="I planted tomatoes in the garden", channel="webui"))
+    await d.docs.acommit("An older note about the weather.", summary="weather")
+    await d.docs.acommit("The garden has tomatoes and basil.", summary="garden")
+    await d.graph.commit(
         [
             {"subject": "Alice", "relation": "lives_in", "object": "Paris"},
             {"subject": "Alice", "relation": "likes", "object": "tea"},
         ]
     )
-    monkeypatch.setattr(web.daemon, "graph", graph)
-    try:
-        context.append(ContextEvent(kind="user", input="I planted tomatoes in the garden", channel="webui"))
-        await docs.acommit("The garden has tomatoes and basil.", summary="garden")
-        async with web.client() as c:
-            timeline = (await c.get("/api/v1/memory/context")).json()
-            assert timeline["events"][-1]["input"] == "I planted tomatoes in the garden"
-            found = (await c.get("/api/v1/memory/documents?q=tomatoes garden")).json()["documents"]
-            assert found and "tomatoes" in found[0]["content"]
-            recent = (await c.get("/api/v1/memory/documents")).json()["documents"]
-            assert recent[0]["summary"] == "garden"
-            view = (await c.get("/api/v1/memory/graph?q=Alice")).json()
-            assert {n["id"] for n in view["nodes"]} == {"Alice", "Paris", "tea"}
-            assert ("Alice", "Paris", "lives_in") in {(e["source"], e["target"], e["label"]) for e in view["edges"]}
-            overview = (await c.get("/api/v1/memory/graph")).json()
-            assert len(overview["nodes"]) == 3 and len(overview["edges"]) == 2
-            stats = (await c.get("/api/v1/memory/stats")).json()
-            assert stats["context"]["events"] == 1 and stats["documents"]["documents"] == 1
-            search = (await c.get("/api/v1/memory/search?q=tomatoes")).json()
-            assert search["context"] and search["documents"]
-            assert (await c.get("/api/v1/memory/search")).status_code == 400
-    finally:
-        await context.close()
-        docs.close()
-        await graph.close()
+    await d.knowledge.add("garden", "# Garden\nTomatoes need sun.")
+    async with web.client() as c:
+        timeline = (await c.get("/api/v1/memory/context")).json()
+        assert timeline["events"][-1]["input"] == "I planted tomatoes in the garden"
+        assert timeline["total"] == len(d.context)
+        found = (await c.get("/api/v1/memory/documents?q=tomatoes garden")).json()["documents"]
+        assert found and "tomatoes" in found[0]["content"]
+        assert found[0]["access_count"] == 0  # browsing is not recall: nothing counted as used
+        recent = (await c.get("/api/v1/memory/documents")).json()["documents"]
+        assert [r["summary"] for r in recent] == ["garden", "weather"]  # newest first
+        assert [r["summary"] for r in (await c.get("/api/v1/memory/documents?limit=1")).json()["documents"]] == [
+            "garden"
+        ]
+        view = (await c.get("/api/v1/memory/graph?q=Alice")).json()
+        assert {n["id"] for n in view["nodes"]} == {"Alice", "Paris", "tea"}
+        assert ("Alice", "Paris", "lives_in") in {(e["source"], e["target"], e["label"]) for e in view["edges"]}
+        overview = (await c.get("/api/v1/memory/graph")).json()
+        assert len(overview["nodes"]) == 3 and len(overview["edges"]) == 2
+        stats = (await c.get("/api/v1/memory/stats")).json()
+        assert stats["context"]["events"] == 1 and stats["documents"]["documents"] == 2
+        assert stats["graph"]["entities"] == 3 and stats["knowledge"]["entries"] == 1
+        search = (await c.get("/api/v1/memory/search?q=tomatoes")).json()
+        assert search["context"] and search["documents"] and search["knowledge"][0]["name"] == "garden"
+        assert (await c.get("/api/v1/memory/search")).status_code == 400
 
 
 async def test_remote_address_with_allow_remote_warns(daemon: Daemon, caplog: pytest.LogCaptureFixture) -> None:
     daemon.config.set("webui.allow_remote", True)
-    server = await start_webui(daemon, listen="0.0.0.0:0")
+    server = await start_webui(daemon.web_host(), listen="0.0.0.0:0")
     try:
         assert server.port > 0
         assert "non-loopback" in caplog.text

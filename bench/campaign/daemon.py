@@ -80,9 +80,10 @@ class Footprint:
 class DaemonProc:
     """`homeagent run` as a child process; its output goes to a log file next to the data dir."""
 
-    def __init__(self, data_dir: Path, *, web: bool = False) -> None:
+    def __init__(self, data_dir: Path, *, web: bool = False, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.web = web
+        self.env = {**clean_env(), **(env or {})}  # e.g. HOMEAGENT_LLM_* of a fake LLM
         self.log_path = data_dir.parent / f"{data_dir.name}-daemon.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.token: str | None = None
@@ -107,7 +108,7 @@ class DaemonProc:
         with self.log_path.open("ab") as log:
             log.write(f"\n===== start {self.starts} =====\n".encode())
             # Popen, not asyncio's: the daemon outlives this call and is waited for from any loop (or none)
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=clean_env())  # noqa: ASYNC220
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env)  # noqa: ASYNC220
         self.starts += 1
         deadline = time.monotonic() + timeout
         while True:
@@ -188,8 +189,9 @@ class DaemonProc:
 
 
 # Kernel tasks are threads; thread pools (the event loop's default executor: min(32, cpus + 4)) start their threads
-# lazily up to their bound and keep them. A few more idle pool threads after a flood than before it are not a leak.
-TASK_HEADROOM = 4
+# lazily up to their bound and keep them. Idle pool threads started by a flood are not a leak: the headroom is the
+# default executor's bound (a baseline read before the pool warmed up had 6 tasks, the flood filled the pool: 11).
+TASK_HEADROOM = min(32, (os.cpu_count() or 1) + 4)
 
 
 STORE_FILES = (".db", ".db-wal", ".db-shm", ".db-journal")

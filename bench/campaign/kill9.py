@@ -3,8 +3,11 @@
 Writers run at once against a real `homeagent run`, each through a real
 interface: chat turns that state a fact (socket), `config.set` (socket RPC) and
 `homeagent config set` (CLI), `homeagent memory import` and `homeagent knowledge
-add` (CLI), and `/tool doc_commit`, `/tool knowledge_create`, `/tool timer_set`
-turns (the offline provider runs the tool). A write enters the ledger only when
+add` (CLI), `/tool doc_commit`, `/tool knowledge_create`, `/tool timer_set`
+turns (the offline provider runs the tool), `homeagent backup` of the live data
+dir, `homeagent plugin install` / `remove` of a packed plugin, and the memory
+loops' graph writes (`homeagent memory run-loop distill`, then `rules`, whose
+report names the relations it wrote). A write enters the ledger only when
 the daemon (or the CLI) said it was done. At a random moment the daemon is
 killed with SIGKILL; every .db in the data dir must then pass `PRAGMA
 integrity_check`, and after the restart every write in the ledger (all of them,
@@ -17,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import random
+import re
 import sqlite3
 import sys
 import time
@@ -29,6 +33,8 @@ from homeagent.cli.client import Client
 
 CONFIG_RPC_KEY = "core.input_processing.image.describe_prompt"
 CONFIG_CLI_KEY = "core.input_processing.image.ocr_prompt"
+PLUGIN = "k9plug"
+RELATION = re.compile(r"--likes--> campaign item (cmpfac\d+x)")
 
 
 @dataclass
@@ -45,6 +51,10 @@ class Ledger:
     acked: list[Write] = field(default_factory=list)
     config_sent: dict[str, list[str]] = field(default_factory=dict)
     config_acked: dict[str, str] = field(default_factory=dict)
+    # the plugin's states asked for, in order, and the last one the CLI acknowledged (like a config key)
+    plugin_sent: list[str] = field(default_factory=list)
+    plugin_acked: int | None = None
+    backups_checked: set[str] = field(default_factory=set)
     attempts: int = 0
     counter: int = 0
 
@@ -78,18 +88,60 @@ async def _turn(client: Client, text: str) -> dict[str, object] | None:
 class Writers:
     """The concurrent write loops of one daemon life; they end on their own when the daemon dies."""
 
-    def __init__(self, daemon: DaemonProc, ledger: Ledger, rng: random.Random, cli: bool) -> None:
+    def __init__(self, daemon: DaemonProc, ledger: Ledger, rng: random.Random, cli: bool, package: Path) -> None:
         self.daemon = daemon
         self.ledger = ledger
         self.rng = rng
         self.cli = cli
+        self.package = package
         self.errors: list[str] = []
 
     async def run(self) -> None:
         loops = [self._turns(), self._config_rpc()]
         if self.cli:
-            loops += [self._imports(), self._cli_writes()]
+            loops += [self._imports(), self._cli_writes(), self._backups(), self._plugins(), self._graph_loops()]
         await asyncio.gather(*loops, return_exceptions=True)
+
+    async def _backups(self) -> None:
+        """`homeagent backup` of the live data dir; one that said it was done must restore (checked after)."""
+        while self.daemon.alive():
+            tok = self.ledger.token("backup")
+            dest = self.daemon.data_dir.parent / "backups" / f"{tok}.tar.gz"
+            dest.parent.mkdir(exist_ok=True)
+            self.ledger.attempts += 1
+            code, out = await _cli(self.daemon.data_dir, "backup", str(dest), "--quiet")
+            if code == 0:
+                self.ledger.acked.append(Write("backup", tok, str(dest)))
+            elif self.daemon.alive():
+                self.errors.append(f"backup {tok}: {out[-200:]}")
+            await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+
+    async def _plugins(self) -> None:
+        """Install and remove one packed plugin in turn; the folder must match the last acknowledged state."""
+        while self.daemon.alive():
+            installed = (self.daemon.data_dir / "plugins" / PLUGIN).exists()
+            want = "removed" if installed else "installed"
+            self.ledger.plugin_sent.append(want)
+            index = len(self.ledger.plugin_sent) - 1
+            self.ledger.attempts += 1
+            args = ("plugin", "remove", PLUGIN) if installed else ("plugin", "install", str(self.package))
+            code, out = await _cli(self.daemon.data_dir, *args)
+            if code == 0:
+                self.ledger.plugin_acked = index
+                self.ledger.acked.append(Write("plugin", f"{want}#{index}"))
+            elif self.daemon.alive():
+                self.errors.append(f"plugin {want}: {out[-200:]}")
+            await asyncio.sleep(self.rng.uniform(0.1, 0.5))
+
+    async def _graph_loops(self) -> None:
+        """The memory loops' graph writes: distill moves turns into documents, rules writes relations from them."""
+        while self.daemon.alive():
+            code, _ = await _cli(self.daemon.data_dir, "memory", "run-loop", "distill", "--json")
+            code, out = (code, "") if code != 0 else await _cli(self.daemon.data_dir, "memory", "run-loop", "rules",
+                                                                 "--json")
+            written = sorted(set(RELATION.findall(out))) if code == 0 else []  # the report lists them ("facts")
+            self.ledger.attempts += max(1, len(written))  # a loop cut short counts as one write not acknowledged
+            self.ledger.acked += [Write("graph", t) for t in written]
 
     async def _turns(self) -> None:
         """Facts and tool writes, interleaved on one connection (the agent runs one turn at a time anyway)."""
@@ -165,6 +217,19 @@ class Writers:
                     self.ledger.acked.append(Write("knowledge", tok))
 
 
+async def _plugin_package(workdir: Path) -> Path:
+    """The plugin the install/remove writer uses: `homeagent plugin init` (Lua), packed with `plugin pack`."""
+    src = workdir / "k9src"
+    src.mkdir(parents=True, exist_ok=True)
+    scratch = workdir / "k9scratch"
+    for args in (("plugin", "init", PLUGIN, "--kind", "lua", "--dir", str(src)),
+                 ("plugin", "pack", str(src / PLUGIN), "-o", str(workdir / f"{PLUGIN}.hmap"))):
+        code, out = await _cli(scratch, *args)
+        if code != 0:
+            raise RuntimeError(f"could not build the campaign's plugin: {out[-500:]}")
+    return workdir / f"{PLUGIN}.hmap"
+
+
 def integrity(data_dir: Path) -> list[str]:
     """`PRAGMA integrity_check` on every SQLite file in the data dir; the ones not `ok`, with what SQLite said."""
     bad = []
@@ -200,6 +265,7 @@ async def verify(daemon: DaemonProc, ledger: Ledger) -> list[str]:
 
     data = daemon.data_dir
     docs = _text_of(data / "memory" / "documents.db", "SELECT content FROM docs")
+    entities = _text_of(data / "memory" / "graph.db", "SELECT name FROM entities")
     timers = _text_of(data / "plugin_data" / "timer" / "timers.db", "SELECT message FROM timers")
     timeline = RelevanceContext(data / "memory" / "context.json", None, None, CleanerChain(), read_only=True)
     said = "\n".join(e.input for e in timeline.timeline())
@@ -215,8 +281,16 @@ async def verify(daemon: DaemonProc, ledger: Ledger) -> list[str]:
         # the value must be the last acknowledged one, or one sent after it (in flight at the kill)
         if config[key] not in sent[sent.index(acked):]:
             lost.append(f"config {key}: {config[key]!r}, last acknowledged {acked!r}")
+    lost += await _verify_plugin(data, ledger)
     for write in ledger.acked:
+        if write.kind == "backup" and write.value not in ledger.backups_checked:
+            lost += await _verify_backup(daemon, write)
+            ledger.backups_checked.add(write.value)
+            continue
         found = {
+            "backup": lambda t: True,  # checked once, above
+            "plugin": lambda t: True,  # checked above, as the folder's current state
+            "graph": lambda t: t in entities,
             "fact": lambda t: t in said or t in docs,
             "doc": lambda t: t in docs,
             "import": lambda t: t in docs,
@@ -229,6 +303,32 @@ async def verify(daemon: DaemonProc, ledger: Ledger) -> list[str]:
     return lost
 
 
+async def _verify_backup(daemon: DaemonProc, write: Write) -> list[str]:
+    """An acknowledged backup passes `homeagent restore --check` (manifest, hashes, every store's integrity)."""
+    code, out = await _cli(daemon.data_dir, "restore", write.value, "--check")
+    return [] if code == 0 else [f"backup {write.token} does not restore: {out[-300:]}"]
+
+
+async def _verify_plugin(data: Path, ledger: Ledger) -> list[str]:
+    """The plugin's folder is in the last acknowledged state (or a later one in flight), and whole when present."""
+    if ledger.plugin_acked is None:
+        return []
+    folder = data / "plugins" / PLUGIN
+    state = "installed" if folder.exists() else "removed"
+    allowed = ledger.plugin_sent[ledger.plugin_acked:]
+    if state not in allowed:
+        return [f"plugin {PLUGIN}: {state}, last acknowledged {ledger.plugin_sent[ledger.plugin_acked]}"]
+    if state == "installed":
+        try:
+            manifest = json.loads((folder / "plugin.json").read_text())
+            whole = (folder / str(manifest["entry"])).is_file()
+        except (OSError, ValueError, KeyError):
+            whole = False
+        if not whole:
+            return [f"plugin {PLUGIN}: its folder is there but not whole: {sorted(p.name for p in folder.iterdir())}"]
+    return []
+
+
 async def run(workdir: Path, kills: int, seed: int, max_life: float, cli: bool) -> Row:
     """`kills` kill -9s, each at a random moment within `max_life` seconds of a start; verify after each restart."""
     row = Row("kill -9 during writes")
@@ -236,6 +336,7 @@ async def run(workdir: Path, kills: int, seed: int, max_life: float, cli: bool) 
     data = workdir / "k9"
     data.mkdir(parents=True)
     configure(data, {"core.agent.context_top_k": 8})  # a small window: older turns sink into documents on the way
+    package = await _plugin_package(workdir)
     daemon = DaemonProc(data)
     ledger = Ledger()
     started = time.monotonic()
@@ -249,7 +350,7 @@ async def run(workdir: Path, kills: int, seed: int, max_life: float, cli: bool) 
         await client.close()
     try:
         for _ in range(kills):
-            writers = Writers(daemon, ledger, rng, cli)
+            writers = Writers(daemon, ledger, rng, cli, package)
             task = asyncio.create_task(writers.run())
             await asyncio.sleep(rng.uniform(0.05, max_life))
             daemon.kill9()

@@ -1,8 +1,11 @@
 """Load: N concurrent socket clients sending turns, some interrupted mid-turn, for a bounded time.
 
-Every client runs its own connection: a chat turn, and on about a third of
-them an interrupt right behind it (which cancels the LLM call in flight, or is
-an ordinary message if the agent is idle by then). An error is an `error`
+The daemon talks to a fake OpenAI-compatible LLM on loopback (tests/fakes) that
+streams every answer slowly (10 pieces, 25 ms apart), so an interrupt finds an
+LLM call in flight. Every client runs its own connection: a chat turn, and on
+about a third of them an interrupt right behind it (which cancels the LLM call
+in flight and retries it with the interrupt's text, or is an ordinary message
+if the agent is idle by then). An error is an `error`
 frame, a response with `ok: false` that was not an interruption, or a
 connection the daemon closed. RSS is read from /proc after a warm-up and again
 once the load has drained.
@@ -18,8 +21,24 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aiohttp import web
+
 from bench.campaign.daemon import DaemonProc, configure, settle_footprint
 from bench.campaign.report import Row
+from tests.fakes.llm_common import Recorded
+from tests.fakes.llm_openai import FakeOpenAI, Turn
+
+# one answer: 10 stream events 25 ms apart, ~0.25 s of LLM time a call
+SLOW_ANSWER = Turn.slow("Noted, that is a fine thing to like. " * 4, chunks=10, delay=0.025)
+
+
+class _SlowLLM(FakeOpenAI):
+    """The fake server without its request log: thousands of calls must not grow the campaign's own memory."""
+
+    async def record(self, request: web.Request) -> Recorded:
+        rec = await super().record(request)
+        self.requests.clear()
+        return rec
 
 
 @dataclass
@@ -104,10 +123,19 @@ async def run(workdir: Path, clients: int, seconds: float, seed: int) -> Row:
     data = workdir / "ld"
     data.mkdir(parents=True)
     configure(data, {})
-    daemon = DaemonProc(data)
+    started = time.monotonic()
+    async with _SlowLLM() as llm:
+        llm.default_turn = SLOW_ANSWER
+        env = {"HOMEAGENT_LLM_BASE_URL": llm.base_url, "HOMEAGENT_LLM_API_KEY": "sk-campaign-load-0000",
+               "HOMEAGENT_LLM_MODEL": "gpt-fake"}
+        return await _load(row, DaemonProc(data, env=env), llm, clients, seconds, seed, started)
+
+
+async def _load(
+    row: Row, daemon: DaemonProc, llm: FakeOpenAI, clients: int, seconds: float, seed: int, started: float
+) -> Row:
     rng = random.Random(seed)
     tally = Tally()
-    started = time.monotonic()
     await daemon.start()
     try:
         warm = Tally()
@@ -133,6 +161,7 @@ async def run(workdir: Path, clients: int, seconds: float, seed: int) -> Row:
         "turns/s": round(tally.turns / max(elapsed, 0.001), 1),
         "interrupts sent": tally.interrupts,
         "turns interrupted": tally.interrupted,
+        "LLM calls cut by an interrupt": len(llm.disconnects),
         "errors": tally.errors,
         "RSS growth MB": round(growth, 1),
         "RSS of a restart on the same data MB": round(reloaded.rss_mb, 0),

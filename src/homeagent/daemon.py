@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from homeagent import __version__
 from homeagent.agent.agent import Agent
@@ -84,6 +84,10 @@ from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 from homeagent.startup import AGENT, APPROVALS, MEMORY, PLUGINS, WEB, Startup, StillStarting
 from homeagent.threads import run_detached
 
+if TYPE_CHECKING:  # the web UI's modules load only when it starts (starlette and uvicorn take a while to import)
+    from homeagent.webui.host import WebHost
+    from homeagent.webui.server import WebUIServer
+
 log = logging.getLogger("homeagent.daemon")
 _S = TypeVar("_S")
 """A store :meth:`Daemon._open_store` opens."""
@@ -103,7 +107,7 @@ class Daemon:
         self.stopped = asyncio.Event()
         self.notes: list[str] = []
         self.web_url: str | None = None
-        self.web: Any = None  # homeagent.webui.WebUIServer while the web UI runs
+        self.web: WebUIServer | None = None  # while the web UI runs
         self._undo: list[Callable[[], None]] = []
         self._log_handler: logging.Handler | None = None
         self._llm_reload: asyncio.TimerHandle | None = None
@@ -576,11 +580,37 @@ class Daemon:
         from homeagent.webui import WebUIError, start_webui
 
         try:
-            self.web = await start_webui(self)  # reads webui.listen_addr / webui.allow_remote
+            self.web = await start_webui(self.web_host())  # reads webui.listen_addr / webui.allow_remote
             self.web_url = self.web.url
         except WebUIError as exc:  # port taken, remote address refused: run on without the web UI
             log.error("web UI not started: %s", exc)
             self.notes.append(f"web UI not started: {exc}")
+
+    def web_host(self) -> WebHost:
+        """What the web UI may use of this daemon, each part typed by the Protocol it implements (after start)."""
+        from homeagent.webui.host import WebHost
+
+        return WebHost(
+            config=self.config,
+            paths=self.paths,
+            events=self.events,
+            status=self.status,
+            io=self.io,
+            agent=self.agent,
+            tools=self.tools,
+            channels=self.channels,
+            socket=self.socket,
+            llm=self.llm,
+            adapters=self.llm.adapters,
+            approvals=self.approvals,
+            textlog=self.textlog,
+            plugins=self.plugins,
+            context=self.context,
+            documents=self.docs,
+            graph=self.graph,
+            knowledge=self.knowledge,
+            media=self.media,
+        )
 
     def _setup_logging(self) -> None:
         level_name = self.log_level or str(self.config.get("core.daemon.log_level") or "info")

@@ -32,15 +32,25 @@ class Event:
 
 
 class Subscription:
-    """A bounded, drop-oldest stream of events for one subscriber."""
+    """A bounded, drop-oldest stream of events for one subscriber.
 
-    def __init__(self, bus: EventBus, types: frozenset[str] | None, maxsize: int, name: str) -> None:
+    With ``max_dropped``, a subscriber that has lost more than that many events is
+    not reading at all (a stalled network client): the subscription closes itself
+    and lets go of its buffer at once, without waiting for the consumer to run
+    again, and ``overflowed`` tells the consumer why it ended.
+    """
+
+    def __init__(
+        self, bus: EventBus, types: frozenset[str] | None, maxsize: int, name: str, max_dropped: int | None = None
+    ) -> None:
         self._bus = bus
         self.types = types
         self.name = name
         self._buffer: deque[Event] = deque(maxlen=maxsize)
         self._wakeup = asyncio.Event()
         self.dropped = 0
+        self.max_dropped = max_dropped
+        self.overflowed = False
         self.closed = False
 
     def wants(self, event_type: str) -> bool:
@@ -51,6 +61,11 @@ class Subscription:
             return
         if len(self._buffer) == self._buffer.maxlen:
             self.dropped += 1
+            if self.max_dropped is not None and self.dropped > self.max_dropped:
+                self.overflowed = True
+                self._buffer.clear()
+                self.close()
+                return
         self._buffer.append(event)
         self._wakeup.set()
 
@@ -103,9 +118,10 @@ class EventBus:
         return [e for e in self._history if e.id > after_id and (wanted is None or e.type in wanted)]
 
     def subscribe(
-        self, types: Iterable[str] | None = None, *, maxsize: int = 1000, name: str = ""
+        self, types: Iterable[str] | None = None, *, maxsize: int = 1000, name: str = "",
+        max_dropped: int | None = None,
     ) -> Subscription:
-        sub = Subscription(self, frozenset(types) if types else None, maxsize, name)
+        sub = Subscription(self, frozenset(types) if types else None, maxsize, name, max_dropped)
         self._subs.append(sub)
         return sub
 

@@ -11,6 +11,7 @@ calls these helpers once, so nothing past it ever holds one.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -47,9 +48,12 @@ def loads(data: bytes | bytearray | str) -> Any:
     clean :class:`TooDeep` instead of a ``RecursionError`` thrown near the
     interpreter's stack limit (which closed socket connections and, in
     CPython 3.11, can leave later ``compile`` calls failing spuriously). What
-    orjson refuses but JSON allows (lone surrogates, NaN, integers past 64
-    bits) or cannot parse at all goes to the ``json`` module, which accepts the
-    former and words the error for the latter as before. Raises ``ValueError``
+    orjson refuses but JSON allows (lone surrogates) or cannot parse at all
+    goes to the ``json`` module, which accepts the former and words the error
+    for the latter as before. ``NaN``/``Infinity`` (not JSON at all, though
+    Python's ``json`` takes them) and integers past 64 bits are refused here
+    with a message that names them: no setting, tool argument or stored row
+    can hold one, and a browser could not read it back. Raises ``ValueError``
     (``JSONDecodeError``, ``UnicodeDecodeError``, ``TooDeep``); ``RecursionError``
     only for a surrogate followed by nesting past orjson's own limit.
     """
@@ -58,13 +62,31 @@ def loads(data: bytes | bytearray | str) -> Any:
     except orjson.JSONDecodeError as exc:
         if "depth limit" in str(exc):
             raise TooDeep(f"nested deeper than {MAX_DEPTH} levels") from None
-        value = json.loads(data)
+        value = json.loads(data, parse_constant=_no_constant, parse_int=_int64)
     return scrub_deep(value)
+
+
+INT_MIN = -(2**63)
+INT_MAX = 2**64 - 1  # orjson's own range: every integer it accepts fits in 64 bits
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows; send a finite number (or null)")
+
+
+def _int64(digits: str) -> int:
+    if len(digits) > 21:  # checked before int(): a 5,000-digit literal must not cost a conversion
+        raise ValueError(f"the integer {digits[:12]}... ({len(digits)} digits) is out of range (64 bits at most)")
+    value = int(digits)
+    if not INT_MIN <= value <= INT_MAX:
+        raise ValueError(f"the integer {digits} is out of range (64 bits at most)")
+    return value
 
 
 def scrub_deep(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
     """``value`` (decoded JSON) with lone surrogates replaced in every string, keys included.
 
+    Floats that are not finite (``1e400`` decodes to infinity) raise ``ValueError``.
     The depth check walks iteratively, so a deep value raises :class:`TooDeep`
     (a ``ValueError``) here instead of ``RecursionError`` in whatever recursive
     code it reaches next (``json.dumps``, the LLM request, a plugin). A value
@@ -73,6 +95,8 @@ def scrub_deep(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
     """
     if isinstance(value, str):
         return scrub_text(value)
+    if isinstance(value, float):
+        _finite(value)
     if not isinstance(value, dict | list | tuple):
         return value
     dirty = False
@@ -93,7 +117,15 @@ def scrub_deep(value: Any, *, max_depth: int = MAX_DEPTH) -> Any:
                     dirty = True
             elif isinstance(child, dict | list | tuple):
                 stack.append((child, depth + 1))
+            elif isinstance(child, float):
+                _finite(child)
     return _rebuild(value) if dirty else value
+
+
+def _finite(number: float) -> None:
+    """A literal such as ``1e400`` decodes to infinity: refused like ``Infinity`` itself."""
+    if not math.isfinite(number):
+        raise ValueError(f"{number!r} is out of range: send a finite number")
 
 
 def _rebuild(value: Any) -> Any:

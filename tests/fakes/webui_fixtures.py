@@ -8,13 +8,14 @@ from typing import Any
 
 import httpx
 
+from homeagent.daemon import Daemon
 from homeagent.sdk.types import ToolDef
 from homeagent.webui import WebUIServer, start_webui
 
 
 @dataclass
 class Web:
-    daemon: Any
+    daemon: Daemon
     server: WebUIServer
     token: str
 
@@ -36,13 +37,14 @@ class Web:
         return client, response.json()["csrf"]
 
 
-async def start_web(daemon: Any) -> Web:
-    server = await start_webui(daemon, listen="127.0.0.1:0")
+async def start_web(daemon: Daemon) -> Web:
+    """The web UI on ``daemon``'s own wiring (:meth:`Daemon.web_host`), on a free loopback port."""
+    server = await start_webui(daemon.web_host(), listen="127.0.0.1:0")
     assert server.new_token, "a fresh data directory gets a new token"
     return Web(daemon, server, server.new_token)
 
 
-def add_sleep_tool(daemon: Any, seconds: float = 30.0) -> asyncio.Event:
+def add_sleep_tool(daemon: Daemon, seconds: float = 30.0) -> asyncio.Event:
     """A tool ``webtest_sleep`` that takes ``seconds``; the event is set when it starts."""
     started = asyncio.Event()
 

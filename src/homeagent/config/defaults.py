@@ -18,6 +18,11 @@ from homeagent.approvals.policy import DEFAULT_ASK
 from homeagent.sdk.types import ConfigDef
 
 LOG_LEVELS = ["debug", "info", "warn", "error"]
+# Upper limits of settings: far above any real use, below where a number stops meaning anything (an overflow,
+# a timer that never fires, a buffer larger than the machine)
+DAY = 86_400
+GIB = 1024**3
+TIB = 1024**4
 
 SOURCE_PREFIX = "core.llm.sources."
 
@@ -98,13 +103,13 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
     return [
         # ---- daemon
         _def("core.daemon.heartbeat_interval", "15s", "duration", "daemon", "Heartbeat interval",
-             "How often the daemon records that it is alive.", min=1),
+             "How often the daemon records that it is alive.", min=1, max=DAY),
         _def("core.daemon.check_interval", "30s", "duration", "daemon", "Health-check interval",
-             "How often LLM sources and plugins are health-checked.", min=1),
+             "How often LLM sources and plugins are health-checked.", min=1, max=DAY),
         _def("core.daemon.log_level", "info", "select", "daemon", "Log level",
              "Minimum level written to the log.", options=list(LOG_LEVELS)),
         _def("core.log.max_bytes", 10 * 1024 * 1024, "int", "daemon", "Log file size",
-             "Bytes a log file may reach before it is rotated.", min=4096),
+             "Bytes a log file may reach before it is rotated.", min=4096, max=TIB),
         _def("core.log.backups", 5, "int", "daemon", "Rotated logs kept",
              "How many rotated log files are kept.", min=0, max=1000),
         _def("core.defaults.llm_endpoints", "", "string", "daemon", "Health-probe endpoints",
@@ -116,7 +121,8 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              min=0, max=65_536, owner_only=True),
         _def("core.plugin.max_cpu_seconds", 0, "int", "daemon", "Plugin CPU-time limit",
              "Seconds of CPU time a subprocess plugin process may use over its life (RLIMIT_CPU) before it is "
-             "stopped and restarted. 0 = no limit. Applies at the next start.", min=0, owner_only=True),
+             "stopped and restarted. 0 = no limit. Applies at the next start.", min=0, max=365 * DAY,
+             owner_only=True),
         _def("core.plugin.limits", "{}", "json", "daemon", "Per-plugin limits",
              'Overrides per plugin name, e.g. {"indexer": {"max_memory_mb": 4096, "max_cpu_seconds": 0}}.',
              owner_only=True),
@@ -131,7 +137,8 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "busy error and a failed response.", min=1, max=10_000, owner_only=True),
         _def("core.socket.max_unread_bytes", 8 * 1024 * 1024, "int", "daemon", "Socket unread output",
              "Bytes of replies a local-socket client may leave unread before it is disconnected with an "
-             "error; the daemon stops reading its frames at an eighth of this.", min=64 * 1024, owner_only=True),
+             "error; the daemon stops reading its frames at an eighth of this.", min=64 * 1024, max=GIB,
+             owner_only=True),
         # ---- paths
         _def("core.daemon.data_dir", p(), "string", "paths", "Data directory",
              "Where HomeAgent keeps its database, memory, plugins and logs (informational: the daemon "
@@ -164,7 +171,7 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.llm.temperature", 0.7, "float", "llm", "Temperature", "Sampling temperature.",
              min=0, max=2, step=0.1),
         _def("core.llm.max_tokens", 4096, "int", "llm", "Max output tokens",
-             "Upper bound on tokens generated per reply.", min=1),
+             "Upper bound on tokens generated per reply.", min=1, max=10_000_000),
         _def("core.llm.thinking_enabled", False, "bool", "llm", "Thinking",
              "Ask the model for its reasoning where supported."),
         # ---- agent
@@ -173,19 +180,20 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
         _def("core.agent.max_children", 3, "int", "agent", "Max sub-agents",
              "Sub-agents (spawn_child) running at once.", min=1, max=16),
         _def("core.agent.child_timeout", "10m", "duration", "agent", "Sub-agent time limit",
-             "A sub-agent still running after this long is cancelled."),
+             "A sub-agent still running after this long is cancelled.", min=1, max=7 * DAY),
         _def("core.agent.max_context_size", 30, "int", "agent", "Context size",
-             "Messages kept in the context window (the newest 10 always stay).", min=1),
+             "Messages kept in the context window (the newest 10 always stay).", min=1, max=10_000),
         _def("core.agent.context_top_k", 30, "int", "agent", "Context top-k",
-             "Events the relevance pruner keeps in the context (newest 10 + most similar).", min=1),
+             "Events the relevance pruner keeps in the context (newest 10 + most similar).", min=1,
+             max=10_000),
         _def("core.agent.stage_timeout", "10s", "duration", "agent", "Stage handler timeout",
-             "Time one plugin stage handler may take before it is cancelled.", min=0.1),
+             "Time one plugin stage handler may take before it is cancelled.", min=0.1, max=3600),
         _def("core.agent.proactive_channels", "cli,webui", "string", "agent", "Proactive replies go to",
              "Output channels (comma-separated) for a reply to an input that came from no output channel and "
              "names none, such as a timer set by a plugin: it goes to each of them that exists. A timer set in "
              "a chat answers in that chat.", owner_only=True),
         _def("core.agent.tool_timeout", "120s", "duration", "agent", "Tool timeout",
-             "Time one tool call may take before it is cancelled.", min=0.1),
+             "Time one tool call may take before it is cancelled.", min=0.1, max=DAY),
         _def("core.agent.workdir", "", "string", "agent", "Working directory",
              "Working directory for commands run by the agent; empty = the data directory.",
              owner_only=True),
@@ -199,33 +207,34 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "Accept OpenClaw/ClawHub skill metadata (gating and aliases) in SKILL.md files."),
         # ---- memory
         _def("core.agent.distill_interval", "30m", "duration", "memory", "Distill interval",
-             "How often the context is pruned into the document store (L1 to L2).", min=1),
+             "How often the context is pruned into the document store (L1 to L2).", min=1, max=30 * DAY),
         _def("core.agent.archive_interval", "60m", "duration", "memory", "Archive interval",
-             "How often cold documents are distilled into the knowledge graph (L2 to L3).", min=1),
+             "How often cold documents are distilled into the knowledge graph (L2 to L3).", min=1,
+             max=30 * DAY),
         _def("core.agent.review_interval", "120m", "duration", "memory", "Review interval",
-             "How often graph relations are checked against their source sentences.", min=1),
+             "How often graph relations are checked against their source sentences.", min=1, max=30 * DAY),
         _def("core.agent.merge_interval", "120m", "duration", "memory", "Merge interval",
-             "How often duplicate entities are merged.", min=1),
+             "How often duplicate entities are merged.", min=1, max=30 * DAY),
         _def("core.memory.owner_name", "", "string", "memory", "Your name in memory",
              "What memory calls you, the owner: the speaker of your turns and the person your own facts are "
              "about (CLI, web UI, and chat accounts you linked with `homeagent identity link CHANNEL ID --owner`). "
              "Empty: 'user'. Facts remembered under the old name keep it.", owner_only=True),
         _def("core.memory.session_gap", "30m", "duration", "memory", "Conversation gap",
              "Silence after which the next message starts a new conversation session in document memory "
-             "(turns are recalled together with their neighbours in the same session).", min=1),
+             "(turns are recalled together with their neighbours in the same session).", min=1, max=30 * DAY),
         _def("core.memory.media.enabled", True, "bool", "memory", "Media memory",
              "Keep images and files the agent sees in the content-addressed media store (<data>/memory/media) "
              "and let memory tools attach them by digest; off = media is only text. Read at start."),
         _def("core.memory.media.max_bytes", 20 * 1024 * 1024, "int", "memory", "Largest media item",
-             "Bytes one image or file may have; a larger one is refused before it is read.", min=1),
+             "Bytes one image or file may have; a larger one is refused before it is read.", min=1, max=TIB),
         _def("core.memory.media.cap", 1024 * 1024 * 1024, "int", "memory", "Media store size",
              "Bytes the media store may hold; above it, media nothing references is evicted, least recently "
-             "used first (descriptions stay). 0 = no cap.", min=0),
+             "used first (descriptions stay). 0 = no cap.", min=0, max=1024 * TIB),
         _def("core.memory.media.gc_min_age", "24h", "duration", "memory", "Media GC grace",
              "How long media must stay unreferenced, after a GC pass noticed it, before the next pass "
-             "evicts its bytes.", min=0),
+             "evicts its bytes.", min=0, max=365 * DAY),
         _def("core.memory.media.gc_interval", "6h", "duration", "memory", "Media GC interval",
-             "How often the daemon runs a media GC pass (mark, sweep, repair, cap).", min=60),
+             "How often the daemon runs a media GC pass (mark, sweep, repair, cap).", min=60, max=30 * DAY),
         _def("core.agent.embedding_model_path", "", "string", "memory", "Embedding models",
              "Comma list of word-vector / model2vec paths; empty = the built-in offline embedder.",
              owner_only=True),
@@ -261,7 +270,8 @@ def core_defs(data_dir: Path) -> list[ConfigDef]:
              "(files tools) matches the fnmatch pattern is allowed, asked or denied; the first match wins, before "
              "your always rules and the ask list.", owner_only=True),
         _def("core.approvals.timeout", "120s", "duration", "approvals", "Approval timeout",
-             "How long a tool call waits for your answer; no answer denies it.", min=1, owner_only=True),
+             "How long a tool call waits for your answer; no answer denies it.", min=1, max=DAY,
+             owner_only=True),
         # ---- sandbox (owner-only: the model must not widen its own confinement; docs/security.md)
         _def("core.sandbox.mode", "auto", "select", "sandbox", "Sandbox",
              "How cmd_run, terminals and subprocess plugins are confined. auto: under bubblewrap when it works, "

@@ -33,12 +33,16 @@ from typing import Any
 
 from homeagent.config.defaults import DATA_PATH_KEYS, SOURCE_FIELDS, SOURCE_PREFIX, source_field_def
 from homeagent.config.values import (
+    MAX_KEY,
     ConfigError,
+    _short,
     base_type,
+    check_plain,
     coerce,
     coerce_lenient,
     decode,
     encode,
+    key_problem,
     mask,
     parse_bool,
     parse_duration,
@@ -318,9 +322,9 @@ class ConfigRegistry:
             close = difflib.get_close_matches(field, list(SOURCE_FIELDS), n=1)
             hint = f'; did you mean "{SOURCE_PREFIX}{source}.{close[0]}"?' if close else ""
             return ConfigError(key, f"unknown LLM source field {field!r} (known: {', '.join(SOURCE_FIELDS)}){hint}")
-        close = difflib.get_close_matches(key, self._all_keys(), n=1, cutoff=0.6)
+        close = difflib.get_close_matches(key, self._all_keys(), n=1, cutoff=0.6) if len(key) <= MAX_KEY else []
         hint = f'; did you mean "{close[0]}"?' if close else "; `homeagent config list` shows every setting"
-        return ConfigError(key, f"unknown setting{hint}")
+        return ConfigError(_short(key), f"unknown setting{hint}")
 
     # ------------------------------------------------------------ definitions
 
@@ -534,6 +538,9 @@ class ConfigRegistry:
     def set(self, key: str, value: Any) -> Any:
         """Validate and store ``value``; returns the value as stored. Raises ConfigError, writing nothing."""
         self._check_key(key)
+        problem = key_problem(key)
+        if problem:
+            raise ConfigError(_short(key), problem)
         plugin, sub = self.split_key(key)
         return self._set(plugin, sub, value)
 
@@ -544,9 +551,9 @@ class ConfigRegistry:
             if plugin is None:
                 raise self._unknown(key)
             try:
-                json.dumps(value)
-            except (TypeError, ValueError):
-                raise ConfigError(qkey, f"a {type(value).__name__} cannot be stored as a setting") from None
+                check_plain(value)
+            except ValueError as e:
+                raise ConfigError(qkey, str(e)) from None
             return value
         try:
             return coerce(d, value)

@@ -73,6 +73,8 @@ _DURATION_UNITS: dict[str, float] = {
 }
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h|d)")
 DURATION_HINT = "use a number with a unit, e.g. 250ms, 30s, 10m, 1h30m, 2d"
+MAX_DURATION_SECONDS = 100 * 365 * 86400.0
+"""Longest duration anything accepts (100 years): past it, date arithmetic and timers overflow."""
 
 
 def parse_duration(text: str) -> float:
@@ -101,6 +103,8 @@ def parse_duration(text: str) -> float:
         if re.fullmatch(r"\d+(?:\.\d+)?", s):
             raise ValueError(f"{text.strip()!r} has no unit; did you mean {s}s? ({DURATION_HINT})")
         raise ValueError(f"{text.strip()!r} is not a duration; {DURATION_HINT}")
+    if not total <= MAX_DURATION_SECONDS:  # (also infinity, from a 400-digit number)
+        raise ValueError(f"{_show(text.strip())} is longer than the longest duration allowed (100 years)")
     return total
 
 
@@ -108,6 +112,8 @@ def format_duration(seconds: float) -> str:
     """A canonical duration string for a number of seconds (90 -> "1m30s", 0.25 -> "250ms")."""
     if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
         raise ValueError(f"{seconds!r} is not a valid number of seconds")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{seconds:g} seconds is longer than the longest duration allowed (100 years)")
     if seconds == 0:
         return "0s"
     if seconds < 1:
@@ -188,10 +194,72 @@ def parse_float(value: Any) -> float:
     return f
 
 
+# Whole-number settings: 18 digits at most, inside SQLite's 64-bit integers with room to spare
+INT_MAX = 10**18 - 1
+INT_MIN = -INT_MAX
+
+
+MAX_KEY = 256
+"""Longest setting name: plugin and source names are 64 characters at most, keys far less."""
+
+
+def key_problem(key: str) -> str:
+    """Why ``key`` cannot name a new setting ("" when it can): a name is shown, typed and stored, so no
+    control characters, spaces, replacement characters (a broken encoding) or empty dot-separated parts."""
+    if len(key) > MAX_KEY:
+        return f"a setting's name is at most {MAX_KEY} characters (this one has {len(key)})"
+    bad = next((c for c in key if c.isspace() or not c.isprintable() or c == "\ufffd"), None)
+    if bad is not None:
+        return f"a setting's name cannot contain {bad!r}"
+    if any(not part for part in key.split(".")):
+        return "a setting's name has no empty parts (no leading, trailing or doubled dots)"
+    return ""
+
+
+def _short(text: str, limit: int = 80) -> str:
+    """A user-supplied name cut for an error message (a 5,000-character key must not make a 5 kB error)."""
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+def check_plain(value: Any) -> None:
+    """A value without a definition (a plugin's own setting) must still be storable JSON that reads back:
+    finite numbers, whole numbers of at most 18 digits. Raises ValueError saying what is wrong."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bool) or item is None or isinstance(item, str):
+            continue
+        if isinstance(item, int):
+            if not INT_MIN <= item <= INT_MAX:
+                raise ValueError(f"{_show(item)} is out of range (a whole number of at most 18 digits)")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"{item!r} is not a finite number")
+        elif isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                raise ValueError("an object's keys must be text")
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+        else:
+            raise ValueError(f"a {type(item).__name__} cannot be stored as a setting")
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raise ValueError(f"{_show(value)} cannot be stored as JSON") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def _show(value: Any, secret: bool = False) -> str:
     if secret:
         return "the value"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an integer past Python's 4,300-digit conversion limit
+        return f"a number of {value.bit_length()} bits" if isinstance(value, int) else "the value"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -231,7 +299,10 @@ def _coerce_kind(kind: str, d: ConfigDef, value: Any) -> Any:
             return str(value)
         raise ValueError(f"{_show(value, d.is_secret)} is not text")
     if kind == "int":
-        return parse_int(value)
+        number = parse_int(value)
+        if not INT_MIN <= number <= INT_MAX:
+            raise ValueError(f"{_show(value, d.is_secret)} is out of range (a whole number of at most 18 digits)")
+        return number
     if kind == "float":
         return parse_float(value)
     if kind == "bool":
@@ -248,13 +319,13 @@ def _coerce_kind(kind: str, d: ConfigDef, value: Any) -> Any:
     if kind == "json":
         if isinstance(value, str):
             try:
-                return json.loads(value)
+                value = json.loads(value, parse_constant=_no_constant)
             except json.JSONDecodeError as e:
                 raise ValueError(f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
         try:
-            json.dumps(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{_show(value)} cannot be stored as JSON") from None
+            json.dumps(value, allow_nan=False)  # NaN and infinities are not JSON: no reader could load them back
+        except (TypeError, ValueError, RecursionError):
+            raise ValueError(f"{_show(value)} cannot be stored as JSON (finite numbers only)") from None
         return value
     raise ValueError(f"unknown setting type {d.type!r}")  # pragma: no cover - base_type rejects first
 

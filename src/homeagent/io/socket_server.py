@@ -195,6 +195,13 @@ class SocketServer:
     def add_method(self, name: str, fn: RPCMethod) -> None:
         self.methods[name] = fn
 
+    def remove_method(self, name: str, fn: RPCMethod) -> bool:
+        """Remove ``name`` if it is still ``fn`` (a later owner's method of the same name stays); True if removed."""
+        if self.methods.get(name) is not fn:
+            return False
+        del self.methods[name]
+        return True
+
     async def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):

@@ -847,6 +847,14 @@ class DocumentStore:
                 last = row[0]
                 yield _row_to_doc(row[1:])
 
+    def recent(self, limit: int = 20) -> list[Doc]:
+        """The ``limit`` newest documents, newest first (the memory browser's first page; no access is counted)."""
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT {_DOC_COLUMNS} FROM docs ORDER BY seq DESC LIMIT ?", (max(0, int(limit)),)
+            ).fetchall()
+        return [_row_to_doc(r) for r in rows]
+
     # -- async API (DocMemoryAPI) -----------------------------------------------------
     async def astart(self) -> None:
         """Load the index and warm jieba in a worker thread (call once at daemon start)."""
@@ -908,6 +916,9 @@ class DocumentStore:
 
     async def acount(self) -> int:
         return await asyncio.to_thread(self.count)
+
+    async def arecent(self, limit: int = 20) -> list[Doc]:
+        return await asyncio.to_thread(self.recent, limit)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

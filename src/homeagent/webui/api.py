@@ -194,7 +194,7 @@ class CoreAPI:
             "streams": len(self.ctx.streams),
             "started": self.ctx.started,
         }
-        status["features"] = features(self.ctx.daemon)
+        status["features"] = self.ctx.daemon.features()
         return ok(status)
 
     async def tools(self, request: Request) -> Response:
@@ -496,11 +496,3 @@ def _category(key: str, category: str) -> str:
     if key.startswith("core.llm.sources."):
         return "llm"
     return category or "other"
-
-
-def features(daemon: Any) -> dict[str, bool]:
-    """Which optional subsystems this daemon has (the UI hides what is missing)."""
-    from homeagent.webui.manage import find_subsystems
-
-    found = find_subsystems(daemon)
-    return {name: obj is not None for name, obj in found.items()}

@@ -16,7 +16,7 @@ from starlette.responses import Response
 
 from homeagent.approvals.broker import ApprovalBroker, ApprovalError, OwnerPath
 from homeagent.approvals.desk import parse_answer
-from homeagent.webui.common import ApiError, Op, WebContext, ok, query_int, read_object
+from homeagent.webui.common import ApiError, Op, WebContext, ok, path_id, query_int, read_object
 
 ANSWER_BODY: dict[str, Any] = {
     "type": "object",
@@ -35,10 +35,7 @@ class ApprovalsAPI:
 
     @property
     def broker(self) -> ApprovalBroker:
-        broker = getattr(self.ctx.daemon, "approvals", None)
-        if not isinstance(broker, ApprovalBroker):
-            raise ApiError(501, "approvals are not available in this daemon")
-        return broker
+        return self.ctx.daemon.approvals
 
     def ops(self) -> list[Op]:
         return [
@@ -69,12 +66,10 @@ class ApprovalsAPI:
         return ok(self.broker.rules())
 
     async def remove_rule(self, request: Request) -> Response:
-        raw = str(request.path_params.get("id", ""))
-        if not raw.isdigit():
-            raise ApiError(400, "rule id must be a number")
-        if not await self.broker.remove_rule(int(raw)):
-            raise ApiError(404, f"no always rule #{raw}")
-        return ok({"removed": int(raw)})
+        rule = path_id(request)
+        if not await self.broker.remove_rule(rule):
+            raise ApiError(404, f"no always rule #{rule}")
+        return ok({"removed": rule})
 
     async def log(self, request: Request) -> Response:
         return ok(await self.broker.decisions(query_int(request, "limit", 50, lo=1, hi=1000)))

@@ -30,6 +30,7 @@ from homeagent.io.manager import InputMessage, TurnResult
 from homeagent.memory.media import MediaError, marker
 from homeagent.sdk.types import InjectOptions, MediaBlock
 from homeagent.webui.common import ApiError, Op, WebContext, field_str, ok, principal_of, query_int, read_object
+from homeagent.webui.host import InputQueue
 from homeagent.webui.sse import SSE_HEADERS, FrameQueue, frame_stream, sse
 
 log = logging.getLogger("homeagent.webui")
@@ -122,7 +123,7 @@ class ChatAPI:
         self.dedupe = ChatDedupe()
 
     @property
-    def io(self) -> Any:
+    def io(self) -> InputQueue:
         return self.ctx.daemon.io
 
     def timeout(self) -> float:

@@ -27,6 +27,7 @@ from homeagent.webui.sse import StreamRegistry
 if TYPE_CHECKING:
     from homeagent.config import ConfigRegistry
     from homeagent.memory.media import MediaInfo, PutResult
+    from homeagent.webui.host import WebHost
     from homeagent.webui.turns import TurnSlots
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -78,9 +79,13 @@ class MediaLibrary(Protocol):
 
 @dataclass
 class WebContext:
-    """State of one web server, handed to every route module (no globals)."""
+    """State of one web server, handed to every route module (no globals).
 
-    daemon: Any
+    ``daemon`` is the typed :class:`~homeagent.webui.host.WebHost` the daemon built: the only way routes
+    reach a subsystem.
+    """
+
+    daemon: WebHost
     tokens: TokenStore
     sessions: SessionStore
     limiter: LoginLimiter
@@ -88,14 +93,17 @@ class WebContext:
     uploads_dir: Path
     turns: TurnSlots
     hosts: HostCheck = field(default_factory=HostCheck)
-    media: MediaLibrary | None = None  # the media store, when core.memory.media.enabled
     started: float = field(default_factory=time.time)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
     def config(self) -> ConfigRegistry:
-        config: ConfigRegistry = self.daemon.config
-        return config
+        return self.daemon.config
+
+    @property
+    def media(self) -> MediaLibrary | None:
+        """The media store, when core.memory.media.enabled (and it opened)."""
+        return self.daemon.media
 
     def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         """A task the server owns (cancelled on close)."""
@@ -159,6 +167,8 @@ async def read_json(request: Request, *, limit: int = MAX_JSON_BYTES) -> Any:
         raise ApiError(400, "malformed JSON: the body is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:  # NaN, Infinity, a number out of range: refused by loads with its reason
+        raise ApiError(400, f"malformed JSON: {exc}") from None
 
 
 async def read_object(request: Request) -> dict[str, Any]:
@@ -190,6 +200,17 @@ def query_int(request: Request, name: str, default: int, *, lo: int = 0, hi: int
     except ValueError:
         raise ApiError(400, f"query parameter {name!r} must be a whole number") from None
     return max(lo, min(hi, value))
+
+
+def path_id(request: Request, name: str = "id") -> int:
+    """A row id from the path: ASCII digits only (``str.isdigit`` also takes "²", which ``int`` refuses), and at
+    most 18 of them, so it fits SQLite's 64-bit integers (a longer one raised OverflowError: a 500)."""
+    raw = str(request.path_params.get(name, ""))
+    if not (raw.isascii() and raw.isdigit()):
+        raise ApiError(400, f"{name} must be a whole number")
+    if len(raw) > 18:
+        raise ApiError(400, f"{name} is out of range (18 digits at most)")
+    return int(raw)
 
 
 def jsonable(value: Any) -> Any:

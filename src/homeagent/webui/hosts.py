@@ -39,13 +39,13 @@ def split_host(value: str) -> tuple[str, int | None]:
     if value.startswith("["):
         name, _, rest = value.partition("]")
         name += "]"
-        if rest.startswith(":") and rest[1:].isdigit():
+        if rest.startswith(":") and rest[1:].isascii() and rest[1:].isdigit():  # ("²".isdigit(), but int refuses it)
             port = int(rest[1:])
     else:
         name, sep, port_text = value.rpartition(":")
         if not sep:
             name = value
-        elif port_text.isdigit():
+        elif port_text.isascii() and port_text.isdigit():
             port = int(port_text)
         else:
             name = value

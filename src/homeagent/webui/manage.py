@@ -1,19 +1,15 @@
 """Plugins, memory, knowledge and adapters over HTTP.
 
-These subsystems are built by other parts of HomeAgent and may be absent from
-a given daemon. Each is looked up at request time (on the daemon, its plugin
-services, or its memory object), its methods are called by the first of a
-few names it has, and a missing subsystem or method answers 501 saying what
-is missing, so the API works as soon as the subsystem is wired and never
-crashes before.
+Every subsystem is a typed part of the :class:`~homeagent.webui.host.WebHost`
+the daemon built, so each call here is one real method mypy has checked;
+a route answers 501 only for a part the daemon may run without (the media
+store, in ``media.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import inspect
 import logging
 import re
 import secrets
@@ -21,14 +17,20 @@ import shutil
 import tempfile
 import unicodedata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from homeagent.plugins.registry import PluginError
+from homeagent.providers.adapter import AdapterError
 from homeagent.webui.common import ApiError, Op, WebContext, field_str, jsonable, ok, query_int, read_object
+from homeagent.webui.host import AdapterFiles, PluginManager, WebHost
+
+if TYPE_CHECKING:
+    from homeagent.memory.graph import Entity, Recall
 
 log = logging.getLogger("homeagent.webui")
 
@@ -36,64 +38,9 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 ADAPTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 MAX_ADAPTER_BYTES = 512 * 1024
 MAX_KNOWLEDGE_BYTES = 10 * 1024 * 1024
-
-_CANDIDATES: dict[str, tuple[str, ...]] = {
-    "plugins": ("plugins", "plugin_registry", "registry"),
-    "context": ("context", "memory_context", "l1"),
-    "documents": ("docs", "documents", "doc_store", "l2"),
-    "graph": ("graph", "memory_graph", "l3"),
-    "knowledge": ("knowledge", "knowledge_base", "kb"),
-}
-
-
-def find_subsystems(daemon: Any) -> dict[str, Any]:
-    """Each optional subsystem of ``daemon`` (None where it has none)."""
-    places = [daemon]
-    for holder in ("services", "plugin_services", "memory", "memory_system"):
-        obj = getattr(daemon, holder, None)
-        if obj is not None:
-            places.append(obj)
-    found: dict[str, Any] = {}
-    for kind, names in _CANDIDATES.items():
-        found[kind] = None
-        for place in places:
-            for name in names:
-                obj = getattr(place, name, None)
-                if obj is not None and not isinstance(obj, int | str | bool):
-                    found[kind] = obj
-                    break
-            if found[kind] is not None:
-                break
-    llm = getattr(daemon, "llm", None)
-    found["adapters"] = getattr(llm, "adapters", None)
-    return found
-
-
-def _need(daemon: Any, kind: str, label: str) -> Any:
-    obj = find_subsystems(daemon)[kind]
-    if obj is None:
-        raise ApiError(501, f"{label} is not available in this daemon yet", missing=kind)
-    return obj
-
-
-async def call(
-    obj: Any, label: str, names: tuple[str, ...], *args: Any, sync_in_thread: bool = True, **kwargs: Any
-) -> Any:
-    """Call the first method of ``names`` that ``obj`` has; sync ones run in a worker thread."""
-    for name in names:
-        fn = getattr(obj, name, None)
-        if not callable(fn):
-            continue
-        if inspect.iscoroutinefunction(fn):
-            return await fn(*args, **kwargs)
-        if sync_in_thread:
-            result = await asyncio.to_thread(fn, *args, **kwargs)
-        else:
-            result = fn(*args, **kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-    raise ApiError(501, f"{label} cannot {names[0].lstrip('a')} in this build", missing=f"{label}.{names[0]}")
+PLUGIN_ERRORS: tuple[type[Exception], ...] = (PluginError, ValueError, LookupError)
+"""What the plugin manager raises for a request it cannot do: answered 400 (or 404 for an unknown name)."""
+INSTALL_ERRORS: tuple[type[Exception], ...] = (*PLUGIN_ERRORS, OSError)
 
 
 def _name(request: Request, pattern: re.Pattern[str] = NAME) -> str:
@@ -120,69 +67,40 @@ def _entry_name(name: str) -> str:
     return name
 
 
-def _as_list(value: Any, key: str) -> list[Any]:
-    value = jsonable(value)
-    if isinstance(value, dict):
-        value = value.get(key, value.get("items", []))
-    return value if isinstance(value, list) else []
-
-
-def _plugin_errors() -> tuple[type[Exception], ...]:
-    """What the plugin manager raises for a request it cannot do (its own error class, when it has one)."""
-    try:
-        from homeagent.plugins.registry import PluginError
-    except ImportError:
-        return (ValueError, LookupError)
-    return (PluginError, ValueError, LookupError)
-
-
 def _plugin_api_error(name: str, exc: Exception) -> ApiError:
     message = str(exc).strip("'\"") or type(exc).__name__
     status = 404 if isinstance(exc, LookupError) or message.startswith("no plugin named") else 400
     return ApiError(status, message, plugin=name)
 
 
-def graph_view(result: Any) -> dict[str, Any]:
-    """Entities and relations in any of the shapes a graph may return, as nodes and edges."""
-    data = jsonable(result)
-    if isinstance(data, list) and len(data) == 2 and all(isinstance(x, list) for x in data):
-        entities, relations = data
-    elif isinstance(data, dict):
-        entities = data.get("entities") or data.get("nodes") or []
-        relations = data.get("relations") or data.get("edges") or []
-    else:
-        entities, relations = [], []
+def graph_view(recall: Recall) -> dict[str, Any]:
+    """A recall as the graph page draws it: nodes (entities) and labelled edges (current facts)."""
     nodes: dict[str, dict[str, Any]] = {}
 
-    def node(name: Any, extra: dict[str, Any] | None = None) -> str:
-        label = str(name)
-        if label not in nodes:
-            nodes[label] = {"id": label, "label": label, "type": "", "mentions": 0}
-        if extra:
-            nodes[label]["type"] = str(extra.get("type") or extra.get("entity_type") or nodes[label]["type"])
-            nodes[label]["mentions"] = int(extra.get("mention_count") or extra.get("mentions") or 0)
-        return label
+    def node(name: str, entity: Entity | None = None) -> str:
+        if name not in nodes:
+            nodes[name] = {"id": name, "label": name, "type": "", "mentions": 0}
+        if entity is not None:
+            nodes[name]["type"] = entity.type or nodes[name]["type"]
+            nodes[name]["mentions"] = entity.mention_count
+        return name
 
-    for e in entities:
-        if isinstance(e, dict):
-            name = e.get("name") or e.get("label") or e.get("id")
-            if name:
-                node(name, e)
-        elif e:
-            node(e)
+    for entity in recall.entities:
+        if entity.name:
+            node(entity.name, entity)
     edges: list[dict[str, Any]] = []
-    for r in relations:
-        if not isinstance(r, dict):
+    for relation in recall.relations:
+        if not relation.subject or not relation.object:
             continue
-        src = r.get("source_name") or r.get("subject") or r.get("source") or r.get("from")
-        dst = r.get("target_name") or r.get("object") or r.get("target") or r.get("to")
-        label = r.get("relation_type") or r.get("relation") or r.get("label") or r.get("type") or ""
-        if not src or not dst:
-            continue
-        edge = {"source": node(src), "target": node(dst), "label": str(label)}
+        edge: dict[str, Any] = {
+            "source": node(relation.subject),
+            "target": node(relation.object),
+            "label": relation.relation,
+        }
+        shown = relation.to_dict()
         for extra in ("valid_from", "valid_to", "sentence", "confidence"):
-            if r.get(extra) is not None:
-                edge[extra] = r[extra]
+            if shown.get(extra) is not None:
+                edge[extra] = shown[extra]
         edges.append(edge)
     return {"nodes": list(nodes.values()), "edges": edges}
 
@@ -192,7 +110,7 @@ class ManageAPI:
         self.ctx = ctx
 
     @property
-    def daemon(self) -> Any:
+    def host(self) -> WebHost:
         return self.ctx.daemon
 
     def ops(self) -> list[Op]:
@@ -283,54 +201,53 @@ class ManageAPI:
         ]
 
     # ------------------------------------------------------------ plugins
-    def _plugins(self) -> Any:
-        return _need(self.daemon, "plugins", "the plugin manager")
+    @property
+    def _plugins(self) -> PluginManager:
+        return self.host.plugins
 
     async def plugins(self, request: Request) -> Response:
-        registry = self._plugins()
-        result = await call(registry, "plugins", ("list", "infos", "list_plugins", "status"), sync_in_thread=False)
-        return ok({"plugins": _as_list(result, "plugins")})
+        return ok({"plugins": self._plugins.list()})
 
     async def plugin_info(self, request: Request) -> Response:
         name = _name(request)
-        registry = self._plugins()
         try:
-            info = await call(registry, "plugins", ("info", "get_info", "describe"), name, sync_in_thread=False)
-        except _plugin_errors() as exc:
+            return ok(self._plugins.info(name))
+        except PLUGIN_ERRORS as exc:
             raise _plugin_api_error(name, exc) from None
-        if info is None:
-            raise ApiError(404, f"no plugin named {name!r}")
-        return ok(info)
 
-    async def _plugin_action(self, request: Request, names: tuple[str, ...]) -> Response:
+    async def _plugin_action(self, request: Request, action: str) -> Response:
         name = _name(request)
-        registry = self._plugins()
+        plugins = self._plugins
+        actions = {
+            "enable": plugins.enable,
+            "disable": plugins.disable,
+            "reload": plugins.reload_one,
+            "remove": plugins.remove,
+        }
         try:
-            result = await call(registry, "plugins", names, name, sync_in_thread=False)
-        except _plugin_errors() as exc:
+            result = await actions[action](name)
+        except PLUGIN_ERRORS as exc:
             raise _plugin_api_error(name, exc) from None
-        log.info("web UI: plugin %s: %s", name, names[0])
+        log.info("web UI: plugin %s: %s", name, action)
         return ok({"ok": True, "name": name, "result": result})
 
     async def plugin_enable(self, request: Request) -> Response:
-        return await self._plugin_action(request, ("enable",))
+        return await self._plugin_action(request, "enable")
 
     async def plugin_disable(self, request: Request) -> Response:
-        return await self._plugin_action(request, ("disable",))
+        return await self._plugin_action(request, "disable")
 
     async def plugin_reload(self, request: Request) -> Response:
-        return await self._plugin_action(request, ("reload_one", "reload", "restart"))
+        return await self._plugin_action(request, "reload")
 
     async def plugin_remove(self, request: Request) -> Response:
-        return await self._plugin_action(request, ("remove", "uninstall"))
+        return await self._plugin_action(request, "remove")
 
     async def plugin_install(self, request: Request) -> Response:
-        registry = self._plugins()
         cap = self.ctx.config.get_int("plugin.webui.max_upload_mb", 64) * 1024 * 1024
         upgrade = request.query_params.get("upgrade", "") in ("1", "true", "yes")
-        extra = {"upgrade": True} if upgrade else {}
         if request.headers.get("content-type", "").startswith("application/json"):
-            return await self._install_path(request, registry, extra)
+            return await self._install_path(request, upgrade)
         staging = self.ctx.uploads_dir / ".plugins" / secrets.token_hex(12)
         await asyncio.to_thread(staging.mkdir, mode=0o700, parents=True, exist_ok=True)
         path = staging / "upload.hmap"
@@ -341,17 +258,9 @@ class ManageAPI:
                 named = staging / f"{stem}.hmap"
                 await asyncio.to_thread(path.rename, named)
                 path = named
-            errors: tuple[type[Exception], ...] = (*_plugin_errors(), OSError)
             try:
-                result = await call(
-                    registry,
-                    "plugins",
-                    ("install", "install_package", "install_hmap"),
-                    str(path),
-                    sync_in_thread=False,
-                    **extra,
-                )
-            except errors as exc:
+                result = await self._plugins.install(str(path), upgrade=upgrade)
+            except INSTALL_ERRORS as exc:
                 raise ApiError(400, f"cannot install: {exc}") from None
         finally:
             with contextlib.suppress(OSError):
@@ -359,16 +268,15 @@ class ManageAPI:
         log.info("web UI installed a plugin package")
         return ok({"ok": True, "installed": result}, status=201)
 
-    async def _install_path(self, request: Request, registry: Any, extra: dict[str, Any]) -> Response:
+    async def _install_path(self, request: Request, upgrade: bool) -> Response:
         """Install from a folder, .hmap or .zip on the daemon's machine (the owner's own files)."""
         body = await read_object(request)
         source = field_str(body, "path", max_len=4096).strip()
         if not (source.startswith("/") or source.startswith("~/")):
             raise ApiError(400, "give the full path of a plugin folder, .hmap or .zip on this machine", field="path")
-        errors: tuple[type[Exception], ...] = (*_plugin_errors(), OSError)
         try:
-            result = await call(registry, "plugins", ("install",), source, sync_in_thread=False, **extra)
-        except errors as exc:
+            result = await self._plugins.install(source, upgrade=upgrade)
+        except INSTALL_ERRORS as exc:
             raise ApiError(400, f"cannot install: {exc}") from None
         log.info("web UI installed a plugin from %s", source)
         return ok({"ok": True, "installed": result}, status=201)
@@ -414,62 +322,37 @@ class ManageAPI:
 
     # ------------------------------------------------------------ memory
     async def memory_stats(self, request: Request) -> Response:
-        found = find_subsystems(self.daemon)
-        out: dict[str, Any] = {}
-        if found["context"] is not None:
-            out["context"] = await call(found["context"], "context", ("stats",), sync_in_thread=False)
-        if found["documents"] is not None:
-            out["documents"] = await call(found["documents"], "documents", ("astats", "stats"))
-        if found["graph"] is not None:
-            out["graph"] = await call(found["graph"], "graph", ("aintrospect", "introspect", "stats"))
-        if found["knowledge"] is not None:
-            with contextlib.suppress(ApiError):
-                out["knowledge"] = {
-                    "entries": len(
-                        _as_list(await call(found["knowledge"], "knowledge", ("alist", "list", "names")), "names")
-                    )
-                }
-        if not out:
-            raise ApiError(501, "memory is not available in this daemon yet", missing="memory")
-        return ok(out)
+        host = self.host
+        return ok({
+            "context": host.context.stats(),
+            "documents": await host.documents.astats(),
+            "graph": await host.graph.introspect(),
+            "knowledge": {"entries": len(await host.knowledge.entries())},
+        })
 
     async def memory_context(self, request: Request) -> Response:
-        context = _need(self.daemon, "context", "the context window")
+        context = self.host.context
         limit = query_int(request, "limit", 200, lo=1, hi=5000)
-        events = await call(context, "context", ("timeline",), sync_in_thread=False)
-        events = list(events)[-limit:]
-        return ok({"events": jsonable(events), "total": len(context) if hasattr(context, "__len__") else len(events)})
+        events = context.timeline()[-limit:]
+        return ok({"events": jsonable(events), "total": len(context)})
 
     async def memory_documents(self, request: Request) -> Response:
-        docs = _need(self.daemon, "documents", "the document store")
+        docs = self.host.documents
         q = request.query_params.get("q", "").strip()
         limit = query_int(request, "limit", 20, lo=1, hi=200)
-        if q:
-            try:
-                found = await call(docs, "documents", ("aquery",), q, limit, touch=False)
-            except TypeError:
-                found = await call(docs, "documents", ("aquery", "query"), q, limit)
-        elif callable(getattr(docs, "recent", None)):
-            found = await call(docs, "documents", ("recent",), limit)
-        else:
-            found = await call(docs, "documents", ("iter_docs",), sync_in_thread=False)
-            found = list(reversed(await asyncio.to_thread(_newest, found, limit)))
+        found = await docs.aquery(q, limit, touch=False) if q else await docs.arecent(limit)
         return ok({"documents": jsonable(found)})
 
     async def _graph(self, q: str, depth: int) -> dict[str, Any]:
-        graph = _need(self.daemon, "graph", "the knowledge graph")
+        graph = self.host.graph
         if q:
             keywords = [k for k in re.split(r"[,\s，、]+", q) if k][:20]
-            result = await call(graph, "graph", ("arecall", "recall"), keywords, depth)
-        elif any(callable(getattr(graph, n, None)) for n in ("overview", "sample")):
-            result = await call(graph, "graph", ("overview", "sample"), 50)
-        else:  # the neighbourhood of the most mentioned entities
-            hot = jsonable(await call(graph, "graph", ("hot_entities",), 30))
-            names = [str(e.get("name")) for e in hot if isinstance(e, dict) and e.get("name")]
-            if not names:
-                return {"nodes": [], "edges": []}
-            result = await call(graph, "graph", ("arecall", "recall"), names, 1)
-        return graph_view(result)
+            return graph_view(await graph.recall(keywords, depth))
+        # no query: the neighbourhood of the most mentioned entities
+        names = [e.name for e in await graph.hot_entities(30) if e.name]
+        if not names:
+            return {"nodes": [], "edges": []}
+        return graph_view(await graph.recall(names, 1))
 
     async def memory_graph(self, request: Request) -> Response:
         q = request.query_params.get("q", "").strip()
@@ -481,69 +364,45 @@ class ManageAPI:
         if not q:
             raise ApiError(400, "query parameter 'q' is required")
         limit = query_int(request, "limit", 10, lo=1, hi=100)
-        found = find_subsystems(self.daemon)
-        out: dict[str, Any] = {}
-        if found["context"] is not None:
-            needle = q.lower()
-            events = await call(found["context"], "context", ("timeline",), sync_in_thread=False)
-            out["context"] = [
-                e
-                for e in jsonable(list(events))
-                if needle in str(e.get("input", "")).lower() or needle in str(e.get("response", "")).lower()
-            ][-limit:]
-        if found["documents"] is not None:
-            try:
-                out["documents"] = jsonable(
-                    await call(found["documents"], "documents", ("aquery",), q, limit, touch=False)
-                )
-            except TypeError:
-                out["documents"] = jsonable(await call(found["documents"], "documents", ("aquery", "query"), q, limit))
-        if found["graph"] is not None:
-            with contextlib.suppress(ApiError):
-                out["graph"] = await self._graph(q, 1)
-        if found["knowledge"] is not None:
-            with contextlib.suppress(ApiError):
-                out["knowledge"] = jsonable(
-                    await call(found["knowledge"], "knowledge", ("asearch", "search"), q, limit)
-                )
-        if not out:
-            raise ApiError(501, "memory is not available in this daemon yet", missing="memory")
-        return ok(out)
+        host = self.host
+        needle = q.lower()
+        context = [
+            e for e in host.context.timeline() if needle in e.input.lower() or needle in e.response.lower()
+        ][-limit:]
+        return ok({
+            "context": jsonable(context),
+            "documents": jsonable(await host.documents.aquery(q, limit, touch=False)),
+            "graph": await self._graph(q, 1),
+            "knowledge": jsonable(await host.knowledge.search(q, limit)),
+        })
 
     # ------------------------------------------------------------ knowledge
-    def _kb(self) -> Any:
-        return _need(self.daemon, "knowledge", "the knowledge base")
-
     async def knowledge_list(self, request: Request) -> Response:
-        result = await call(self._kb(), "knowledge", ("entries", "alist", "list", "names"))
-        return ok({"entries": _as_list(result, "entries")})
+        return ok({"entries": jsonable(await self.host.knowledge.entries())})
 
     async def knowledge_search(self, request: Request) -> Response:
         q = request.query_params.get("q", "").strip()
         if not q:
             raise ApiError(400, "query parameter 'q' is required")
         limit = query_int(request, "limit", 10, lo=1, hi=100)
-        return ok({"results": jsonable(await call(self._kb(), "knowledge", ("asearch", "search"), q, limit))})
+        return ok({"results": jsonable(await self.host.knowledge.search(q, limit))})
 
     async def knowledge_get(self, request: Request) -> Response:
         name = _entry_name(str(request.path_params.get("name", "")))
-        kb = self._kb()
         try:
-            entry = await call(kb, "knowledge", ("aget", "get", "read"), name)
-        except (KeyError, FileNotFoundError, LookupError):
-            entry = None
-        if entry is None:
+            content = await self.host.knowledge.get(name)
+        except ValueError as exc:  # a name the knowledge base refuses (KnowledgeError)
+            raise ApiError(400, str(exc), field="name") from None
+        if content is None:
             raise ApiError(404, f"no knowledge entry named {name!r}")
-        if isinstance(entry, str):
-            entry = {"name": name, "content": entry}
-        return ok(entry)
+        return ok({"name": name, "content": content})
 
     async def knowledge_save(self, request: Request) -> Response:
         body = await read_object(request)
         name = _entry_name(field_str(body, "name", max_len=100))
         content = field_str(body, "content", max_len=MAX_KNOWLEDGE_BYTES)
         try:
-            result = await call(self._kb(), "knowledge", ("aadd", "add", "save"), name, content)
+            result = await self.host.knowledge.add(name, content)
         except ValueError as exc:
             raise ApiError(400, str(exc)) from None
         return ok({"ok": True, "name": name, "result": result})
@@ -551,33 +410,32 @@ class ManageAPI:
     async def knowledge_delete(self, request: Request) -> Response:
         name = _entry_name(str(request.path_params.get("name", "")))
         try:
-            result = await call(self._kb(), "knowledge", ("adelete", "delete", "remove"), name)
-        except (KeyError, FileNotFoundError, LookupError):
-            raise ApiError(404, f"no knowledge entry named {name!r}") from None
-        if result is False:
+            deleted = await self.host.knowledge.delete(name)
+        except ValueError as exc:  # e.g. the entry is a symbolic link: the message says what to do
+            raise ApiError(400, str(exc)) from None
+        if not deleted:
             raise ApiError(404, f"no knowledge entry named {name!r}")
         return ok({"ok": True, "name": name})
 
     # ------------------------------------------------------------ adapters
-    def _loader(self) -> Any:
-        return _need(self.daemon, "adapters", "the adapter loader")
+    @property
+    def _loader(self) -> AdapterFiles:
+        return self.host.adapters
 
     async def adapters(self, request: Request) -> Response:
-        infos = await call(self._loader(), "adapters", ("info",))
+        infos = await asyncio.to_thread(self._loader.info)
         return ok({"adapters": jsonable(infos), "user_dir": str(self._user_dir())})
 
     def _user_dir(self) -> Path:
-        loader = self._loader()
-        return Path(getattr(loader, "user_dir", None) or self.ctx.daemon.paths.adapters)
+        return self._loader.user_dir or self.host.paths.adapters
 
     def _source_path(self, name: str) -> tuple[Path, bool] | None:
-        loader = self._loader()
         user = self._user_dir() / f"{name}.lua"
         if user.is_file():
             return user, False
-        builtin_dir = getattr(loader, "builtin_dir", None)
-        if builtin_dir is not None and (Path(builtin_dir) / f"{name}.lua").is_file():
-            return Path(builtin_dir) / f"{name}.lua", True
+        builtin = self._loader.builtin_dir / f"{name}.lua"
+        if builtin.is_file():
+            return builtin, True
         return None
 
     async def adapter_get(self, request: Request) -> Response:
@@ -593,13 +451,13 @@ class ManageAPI:
         name = _name(request, ADAPTER_NAME)
         body = await read_object(request)
         code = field_str(body, "code", max_len=MAX_ADAPTER_BYTES)
-        loader = self._loader()
+        loader = self._loader
         problem = await asyncio.to_thread(_check_adapter, loader, name, code)
         if problem:
             raise ApiError(400, problem[0], location=problem[1])
         dest = self._user_dir() / f"{name}.lua"
         await asyncio.to_thread(_write_atomic, dest, code)
-        _forget(loader)
+        loader.forget()  # the next LLM call picks the file up without waiting for the recheck interval
         log.info("web UI saved adapter %s", dest)
         return ok({"ok": True, "name": name, "path": str(dest)})
 
@@ -609,34 +467,19 @@ class ManageAPI:
         if not await asyncio.to_thread(path.is_file):
             raise ApiError(404, f"no adapter of yours named {name!r} (built-in adapters cannot be deleted)")
         await asyncio.to_thread(path.unlink)
-        _forget(self._loader())
+        self._loader.forget()
         return ok({"ok": True, "name": name})
 
 
-def _forget(loader: Any) -> None:
-    """A file just changed: the next LLM call picks it up without waiting for the recheck interval."""
-    forget = getattr(loader, "forget", None)
-    if callable(forget):
-        forget()
-
-
-def _newest(items: Any, n: int) -> list[Any]:
-    """The last ``n`` of an iterable (consumed in a worker thread)."""
-    return list(collections.deque(items, maxlen=n))
-
-
-def _check_adapter(loader: Any, name: str, code: str) -> tuple[str, str] | None:
+def _check_adapter(loader: AdapterFiles, name: str, code: str) -> tuple[str, str] | None:
     """(message, location) when ``code`` does not load as an adapter; None when it does."""
-    check_file = getattr(loader, "check_file", None)
-    if not callable(check_file):
-        return None
     with tempfile.TemporaryDirectory(prefix="homeagent-adapter-") as tmp:
         path = Path(tmp) / f"{name}.lua"
         path.write_text(code, encoding="utf-8")
         try:
-            check_file(path)
-        except Exception as exc:
-            return str(exc), str(getattr(exc, "location", "") or "")
+            loader.check_file(path)
+        except AdapterError as exc:
+            return str(exc), exc.location
     return None
 
 

@@ -1,6 +1,6 @@
 """The web UI and HTTP API, served by uvicorn inside the daemon's own event loop.
 
-``start_webui(daemon)`` binds the listening socket itself, so a taken port
+``start_webui(daemon.web_host())`` binds the listening socket itself, so a taken port
 or a refused address is a clear :class:`WebUIError` (the daemon goes on
 without the web UI) rather than uvicorn's ``sys.exit``, and port 0 reports
 the port it got. uvicorn's signal handling is switched off: the daemon owns
@@ -47,6 +47,7 @@ from homeagent.webui.auth import (
 )
 from homeagent.webui.chat import ChatAPI
 from homeagent.webui.common import ApiError, Handler, Op, Principal, WebContext, all_ops
+from homeagent.webui.host import WebHost
 from homeagent.webui.manage import ManageAPI
 from homeagent.webui.media import MediaRoutes
 from homeagent.webui.openai_compat import OpenAICompat
@@ -427,7 +428,7 @@ class _EmbeddedServer(uvicorn.Server):
 
 
 class WebUIServer:
-    def __init__(self, daemon: Any, *, listen: str | None = None, vendor: dict[str, Path] | None = None) -> None:
+    def __init__(self, daemon: WebHost, *, listen: str | None = None, vendor: dict[str, Path] | None = None) -> None:
         self.daemon = daemon
         self.listen = listen
         self.url = ""
@@ -443,9 +444,8 @@ class WebUIServer:
             sessions=SessionStore(lambda: config.get_int("plugin.webui.session_ttl_hours", 24) * 3600.0),
             limiter=LoginLimiter(),
             streams=StreamRegistry(),
-            uploads_dir=Path(daemon.paths.root) / "uploads",
+            uploads_dir=daemon.paths.root / "uploads",
             turns=TurnSlots(lambda: config.get_int("plugin.webui.max_concurrent_turns", 8)),
-            media=daemon.media,
         )
         self.app, self.ops = build_app(self.ctx, vendor=vendor)
         self._server: _EmbeddedServer | None = None
@@ -502,7 +502,6 @@ class WebUIServer:
 
     def _wire(self) -> None:
         daemon = self.daemon
-        config = daemon.config
         token_key = f"plugin.{PLUGIN}.{TOKEN_HASH_KEY}"
 
         def on_change(key: str, _: Any) -> None:
@@ -513,36 +512,32 @@ class WebUIServer:
                 if dropped:
                     log.info("API token changed: %d browser session(s) signed out", dropped)
 
-        self._undo.append(config.on_change(on_change))
-        channels = getattr(daemon, "channels", None)
-        if channels is not None:
-            try:
-                self._undo.append(
-                    channels.register(
-                        "webui",
-                        self._channel_output,
-                        caps=OutputCap.TEXT | OutputCap.FILE | OutputCap.IMAGE,
-                        description="The browser web UI: shows the message in every open chat page.",
-                        plugin="webui",
-                        types=["text", "file", "image"],
-                    )
+        self._undo.append(daemon.config.on_change(on_change))
+        try:
+            self._undo.append(
+                daemon.channels.register(
+                    "webui",
+                    self._channel_output,
+                    caps=OutputCap.TEXT | OutputCap.FILE | OutputCap.IMAGE,
+                    description="The browser web UI: shows the message in every open chat page.",
+                    plugin="webui",
+                    types=["text", "file", "image"],
                 )
-            except ValueError as exc:
-                log.warning("web UI output channel not registered: %s", exc)
-        sock_server = getattr(daemon, "socket", None)
-        methods = getattr(sock_server, "methods", None)
-        if sock_server is not None and isinstance(methods, dict) and "webui.token" not in methods:
+            )
+        except ValueError as exc:  # a second web server on the same daemon: the first keeps the channel
+            log.warning("web UI output channel not registered: %s", exc)
+        socket = daemon.socket
+        if "webui.token" not in socket.methods:
             rpc: dict[str, Callable[[dict[str, Any]], Any]] = {
                 "webui.token": self._rpc_rotate,
                 "webui.info": lambda _: {"url": self.url},
             }
             for name, fn in rpc.items():
-                sock_server.add_method(name, fn)
+                socket.add_method(name, fn)
 
             def remove_rpc() -> None:
                 for name, fn in rpc.items():
-                    if methods.get(name) is fn:
-                        del methods[name]
+                    socket.remove_method(name, fn)
 
             self._undo.append(remove_rpc)
 
@@ -593,8 +588,8 @@ def token_message(token: str, url: str) -> str:
     )
 
 
-async def start_webui(daemon: Any, *, listen: str | None = None, vendor: dict[str, Path] | None = None) -> WebUIServer:
-    """Start the web UI for ``daemon``; raises WebUIError (nothing left running) if it cannot.
+async def start_webui(daemon: WebHost, *, listen: str | None = None, vendor: dict[str, Path] | None = None) -> WebUIServer:
+    """Start the web UI on the parts of the daemon it uses (``Daemon.web_host()``); raises WebUIError (nothing left running).
 
     ``listen`` overrides ``webui.listen_addr``; ``vendor`` maps front-end library names to their
     folders (default: found in node_modules; ``{}`` serves none, as without ``npm install``).

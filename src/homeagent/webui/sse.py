@@ -1,9 +1,14 @@
 """Server-sent events: the event bus and a turn's frames as ``text/event-stream``.
 
 A client that stops reading must cost a bounded amount of memory and must
-never slow the publisher. For the event bus that is the subscription's own
-drop-oldest buffer; for a turn's frames it is :class:`FrameQueue`, which
-never blocks the turn and, past its bound, drops text deltas (the final
+never slow the publisher. uvicorn stops running a stream's generator while the
+client's socket buffer is full, so what a stalled client can hold is: the bytes
+of one chunk (at most ``MAX_CHUNK_BYTES`` plus one message) in the transport,
+and for the event bus the subscription's own drop-oldest buffer, which lets go
+of its events once the client has lost more than ``max_lag`` of them (the
+stream then ends with an ``overflow`` event, whenever the client reads again);
+for a turn's frames it is :class:`FrameQueue`, which never blocks the turn and,
+past its bound in frames or text bytes, drops text deltas (the final
 ``response`` frame still carries the whole text, so nothing is lost).
 
 Every open stream registers a closer with :class:`StreamRegistry`, so the
@@ -16,12 +21,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-from homeagent.events import Event, EventBus
+from homeagent.events import Event, EventBus, Subscription
 
 KEEPALIVE_SECONDS = 15.0
+# One chunk written to the client at most (a single larger message still goes alone): what a client that stops
+# reading can hold in the transport's buffer, on top of uvicorn's 64 KiB high-water mark
+MAX_CHUNK_BYTES = 64 * 1024
 SSE_HEADERS = {
     "Cache-Control": "no-cache, no-transform",
     "X-Accel-Buffering": "no",
@@ -62,13 +70,15 @@ class StreamRegistry:
     serialised once.
     """
 
-    def __init__(self, max_streams: int = 512, *, encoded_cache: int = 1024) -> None:
+    def __init__(self, max_streams: int = 512, *, encoded_cache: int = 1024, encoded_bytes: int = 4 * 1024 * 1024) -> None:
         self.max_streams = max_streams
         self._closers: dict[int, Callable[[], None]] = {}
         self._ids = 0
         self.closed = False
         self._encoded: OrderedDict[int, bytes] = OrderedDict()
         self._encoded_max = encoded_cache
+        self._encoded_bytes_max = encoded_bytes  # events carry turn text: a count alone does not bound it
+        self._encoded_bytes = 0
 
     def __len__(self) -> int:
         return len(self._closers)
@@ -95,9 +105,34 @@ class StreamRegistry:
         if data is None:
             data = sse(event.to_dict(), event=event.type, id=event.id)
             self._encoded[event.id] = data
-            if len(self._encoded) > self._encoded_max:
-                self._encoded.popitem(last=False)
+            self._encoded_bytes += len(data)
+            while len(self._encoded) > 1 and (
+                len(self._encoded) > self._encoded_max or self._encoded_bytes > self._encoded_bytes_max
+            ):
+                self._encoded_bytes -= len(self._encoded.popitem(last=False)[1])
         return data
+
+
+def _chunks(parts: list[bytes], limit: int = MAX_CHUNK_BYTES) -> Iterator[bytes]:
+    """``parts`` joined into chunks of at most ``limit`` bytes (a larger part goes alone)."""
+    chunk: list[bytes] = []
+    size = 0
+    for part in parts:
+        if chunk and size + len(part) > limit:
+            yield b"".join(chunk)
+            chunk, size = [], 0
+        chunk.append(part)
+        size += len(part)
+    if chunk:
+        yield b"".join(chunk)
+
+
+def overflow_message(sub: Subscription, reported: int) -> bytes:
+    return sse({
+        "dropped": sub.dropped - reported,
+        "message": f"this stream was closed: the client read nothing while more than {sub.max_dropped} events "
+        "went by; reconnect (with Last-Event-ID) to follow again",
+    }, event="overflow")
 
 
 async def event_stream(
@@ -109,12 +144,15 @@ async def event_stream(
     maxsize: int = 256,
     keepalive: float = KEEPALIVE_SECONDS,
     batch: int = 64,
+    max_lag: int = 1024,
 ) -> AsyncIterator[bytes]:
     """Replay the ring after ``last_id``, then follow the bus until the client or the server leaves.
 
-    Events that queued up while the client was being written to go out together in one chunk.
+    Events that queued up while the client was being written to go out together, in chunks of at
+    most ``MAX_CHUNK_BYTES``. A client that lost more than ``max_lag`` events is not reading: its
+    subscription has closed itself, and the stream ends with an ``overflow`` event.
     """
-    sub = bus.subscribe(types, maxsize=maxsize, name="webui-sse")
+    sub = bus.subscribe(types, maxsize=maxsize, name="webui-sse", max_dropped=max_lag)
     key = registry.add(sub.close)
     try:
         ring = bus.recent(0)
@@ -125,7 +163,8 @@ async def event_stream(
         replay = [e for e in ring if e.id > last_id and (types is None or e.type in types)]
         if replay:
             newest = replay[-1].id
-            yield b"".join(registry.encode(e) for e in replay)
+            for chunk in _chunks([registry.encode(e) for e in replay]):
+                yield chunk
         reported = 0
         while True:
             event = sub.get_nowait()
@@ -137,6 +176,8 @@ async def event_stream(
                     yield comment("keepalive")
                     continue
                 except EOFError:
+                    if sub.overflowed:
+                        yield overflow_message(sub, reported)
                     return
             events = [event]
             while len(events) < batch and (more := sub.get_nowait()) is not None:
@@ -149,8 +190,8 @@ async def event_stream(
                 if item.id > newest:  # older ones were subscribed before the replay: already sent
                     newest = item.id
                     parts.append(registry.encode(item))
-            if parts:
-                yield b"".join(parts)
+            for chunk in _chunks(parts):
+                yield chunk
     finally:
         registry.remove(key)
         sub.close()
@@ -159,8 +200,10 @@ async def event_stream(
 class FrameQueue:
     """The frames of one turn for one HTTP client; ``put`` never blocks the turn."""
 
-    def __init__(self, *, max_frames: int = 10_000) -> None:
+    def __init__(self, *, max_frames: int = 10_000, max_text_bytes: int = 1024 * 1024) -> None:
         self.max_frames = max_frames
+        self.max_text_bytes = max_text_bytes
+        self._text_bytes = 0  # characters of the queued deltas' text: what a non-reading client holds
         self._frames: deque[dict[str, Any]] = deque()
         self._wakeup = asyncio.Event()
         self.dropped = 0
@@ -171,13 +214,16 @@ class FrameQueue:
         if self.finished or self.closed:
             return
         kind = frame.get("type")
+        delta = kind in ("content_delta", "reasoning_delta")
+        size = len(str(frame.get("text") or "")) if delta else 0
         if (
-            len(self._frames) >= self.max_frames
-            and kind in ("content_delta", "reasoning_delta")
+            delta
+            and (len(self._frames) >= self.max_frames or self._text_bytes + size > self.max_text_bytes)
             and not frame.get("reset")
         ):
             self.dropped += 1
             return
+        self._text_bytes += size
         self._frames.append(frame)
         if kind == "response":
             self.finished = True
@@ -204,12 +250,19 @@ class FrameQueue:
                 raise EOFError("stream closed")
             self._wakeup.clear()
             await self._wakeup.wait()
-        return self._frames.popleft()
+        frame = self._frames.popleft()
+        self._forget(frame)
+        return frame
+
+    def _forget(self, frame: dict[str, Any]) -> None:
+        if frame.get("type") in ("content_delta", "reasoning_delta"):
+            self._text_bytes -= len(str(frame.get("text") or ""))
 
     def take_all(self) -> list[dict[str, Any]]:
         """Every frame waiting now (none: an empty list), without waiting."""
         frames = list(self._frames)
         self._frames.clear()
+        self._text_bytes = 0
         return frames
 
     def __len__(self) -> int:
@@ -235,7 +288,8 @@ async def frame_stream(
                     yield sse({"type": "error", "message": "the server is shutting down"}, event="error")
                     return
                 frames.extend(queue.take_all())
-            yield b"".join(sse(f, event=str(f.get("type", "message"))) for f in frames)
+            for chunk in _chunks([sse(f, event=str(f.get("type", "message"))) for f in frames]):
+                yield chunk
             if any(f.get("type") == "response" for f in frames):
                 return
     finally:
