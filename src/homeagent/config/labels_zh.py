@@ -32,6 +32,13 @@ ZH: dict[str, tuple[str, str]] = {
     "core.approvals.deny": ("禁止的工具", "模型永远不能调用的工具名或模式，逗号分隔。"),
     "core.approvals.rules": ("参数规则", "{\"tool\", \"match\", \"action\"} 列表：工具的命令（cmd_run、终端）或路径（文件工具）"
                              "匹配 fnmatch 模式时允许、询问或拒绝；先匹配者生效，优先于你的“总是允许”规则和需批准列表。"),
+    "core.memory.owner_name": ("你在记忆中的名字", "记忆对你（主人）的称呼：你的发言的说话人，也是你自己的事实所属的人（命令行、网页界面，以及用 "
+                               "`homeagent identity link CHANNEL ID --owner` 关联的聊天账号）。留空为 'user'。旧名字下记住的事实保留旧名字。"),
+    "core.sandbox.mode": ("沙箱", "cmd_run、终端和子进程插件如何被隔离。auto：bubblewrap 可用时在其中运行，否则不隔离并明确提示"
+                          "（状态、网页界面）；bwrap：必须有 bubblewrap，否则什么都不启动；off：不隔离（较弱的模式）。启动时检查。"),
+    "core.sandbox.network": ("命令可用网络", "允许沙箱中的命令和终端使用网络（关闭：只有私有的回环）。子进程插件在清单声明 net 能力时获得网络。"),
+    "core.sandbox.bwrap": ("bubblewrap 程序", "bwrap 程序（在 PATH 中查找的名字或路径）。修改后会重新检查。"),
+    "core.sandbox.ro_paths": ("额外只读目录", "除系统目录外沙箱以只读方式显示的目录（逗号分隔，如 /opt/tools）；即使在其中，数据目录也保持隐藏。"),
     "core.approvals.timeout": ("批准超时", "工具调用等待你回答的时间；无回答即拒绝。"),
     "core.daemon.check_interval": ("健康检查间隔", "多久检查一次 LLM 源和插件的健康状况。"),
     "core.daemon.data_dir": ("数据目录", "HomeAgent 存放数据库、记忆、插件和日志的位置（仅供查看：守护进程每次启动时写入；"
@@ -119,6 +126,11 @@ ZH: dict[str, tuple[str, str]] = {
     "plugin.webui.max_concurrent_turns": ("每个客户端的轮次", "一个浏览器会话（或 API 令牌）可同时排队或运行的对话轮次；超出返回 429。"),
     "plugin.webui.chat_timeout": ("对话超时", "同步对话请求等待本轮结果的时间。"),
     # the shipped qq plugin (its settings exist once it is enabled)
+    "plugin.qq.images_to_model": ("图片交给模型", "QQ 消息中的图片会被获取（每条最多 4 张，每张不超过 core.memory.media.max_bytes），"
+                                  "随消息交给模型并存入媒体库。public：只从公网地址获取（QQ 图片服务器）；any：也从回环和局域网地址获取"
+                                  "（自己提供图片的实现）；off：模型只得到 [图片 URL] 标记。"),
+    "plugin.qq.reply_style": ("回复方式", "whole：一条回复是一条消息，只有超过最长消息长度时才拆分；paragraphs：回复的每个段落"
+                              "（空行分隔；代码块保持完整）各发一条消息，像人在聊天中那样。"),
     "plugin.qq.mode": ("连接方式", "forward：插件连接 OneBot 实现的 WebSocket 服务器（ws_url）；reverse：实现连接插件"
                        "（reverse_host:reverse_port）；http：通过 HTTP API（http_api_url）执行动作，事件 POST 到 "
                        "reverse_host:reverse_port。"),
