@@ -236,16 +236,30 @@ class HostSDK(PluginSDK):
 
     # -- input ------------------------------------------------------------------
 
+    def _input_channel(self, channel: str) -> str:
+        """The channel an input of this plugin arrives on: its own name by default, never a channel another
+        component serves. An account's owner link (approvals answered from a chat, the owner's identity) is
+        trusted per channel, so a plugin must not speak on the QQ plugin's channel, nor on the CLI's."""
+        name = channel or self._name
+        served = self._s.channels.get(name)
+        if served is not None and served.plugin != self._name:
+            raise PermissionError(
+                f"channel {name!r} belongs to {served.plugin or 'the core'}: a plugin injects input on its own "
+                "channels only (its name, a channel nobody serves, or an output channel it registered)"
+            )
+        return name
+
     def inject_text(self, source: str, channel: str, text: str, *, options: InjectOptions | None = None) -> str:
-        return self._s.io.inject_text(source or self._name, channel or self._name, text, options=options)
+        return self._s.io.inject_text(source or self._name, self._input_channel(channel), text, options=options)
 
     def inject_interrupt_text(
         self, source: str, channel: str, text: str, *, options: InjectOptions | None = None
     ) -> str:
-        return self._s.io.inject_interrupt_text(source or self._name, channel or self._name, text, options=options)
+        return self._s.io.inject_interrupt_text(source or self._name, self._input_channel(channel), text,
+                                                options=options)
 
     def inject_text_no_memory(self, source: str, channel: str, text: str) -> str:
-        return self._s.io.inject_text_no_memory(source or self._name, channel or self._name, text)
+        return self._s.io.inject_text_no_memory(source or self._name, self._input_channel(channel), text)
 
     def _blocks(self, media: Sequence[MediaBlock]) -> list[MediaBlock]:
         return check_blocks(media, self._s.config.get_int("core.memory.media.max_bytes", 20 * 1024 * 1024))
@@ -255,7 +269,7 @@ class HostSDK(PluginSDK):
         options: InjectOptions | None = None,
     ) -> str:
         blocks = self._blocks(media)
-        return self._s.io.inject_text(source or self._name, channel or self._name, text, options=options,
+        return self._s.io.inject_text(source or self._name, self._input_channel(channel), text, options=options,
                                       media=blocks)
 
     async def inject_input_media_sync(
@@ -263,8 +277,8 @@ class HostSDK(PluginSDK):
         options: InjectOptions | None = None, timeout: float = 300.0,
     ) -> dict[str, Any]:
         blocks = self._blocks(media)
-        result = await self._s.io.inject_sync(source or self._name, channel or self._name, text, options=options,
-                                              timeout=timeout, media=blocks)
+        result = await self._s.io.inject_sync(source or self._name, self._input_channel(channel), text,
+                                              options=options, timeout=timeout, media=blocks)
         return result.to_dict()
 
     def inject_interrupt_media(
@@ -272,8 +286,8 @@ class HostSDK(PluginSDK):
         options: InjectOptions | None = None,
     ) -> str:
         blocks = self._blocks(media)
-        return self._s.io.inject_interrupt_text(source or self._name, channel or self._name, text, options=options,
-                                                media=blocks)
+        return self._s.io.inject_interrupt_text(source or self._name, self._input_channel(channel), text,
+                                                options=options, media=blocks)
 
     def set_tool_blocks(self, blocks: Sequence[MediaBlock]) -> None:
         sink = TOOL_BLOCKS.get()

@@ -653,19 +653,10 @@ class HostSession:
     async def _inject_sync(self, p: dict[str, Any]) -> Any:
         if not self._bucket.take():
             raise RPCError(ErrorCode.BUSY, f"io rate limit: at most {self.options.inject_rate:g} inputs per second")
-        services = getattr(self._sdk, "services", None)
-        io = getattr(services, "io", None)
-        if io is None or not hasattr(io, "inject_sync"):
-            raise ServiceUnavailable("synchronous input", "this host's IO manager cannot wait for a turn")
         timeout = min(_n(p, "timeout", self.options.inject_sync_timeout), self.options.inject_sync_timeout)
-        result = await io.inject_sync(
-            _s(p, "source", "") or self.name,
-            _s(p, "channel", "") or self.name,
-            _s(p, "text"),
-            options=_options(p),
-            timeout=timeout,
+        return await self._sdk.inject_input_media_sync(
+            _s(p, "source", ""), _s(p, "channel", ""), _s(p, "text"), [], options=_options(p), timeout=timeout
         )
-        return result.to_dict() if hasattr(result, "to_dict") else result
 
     def _auto_restart(self, p: dict[str, Any]) -> dict[str, Any]:
         enabled = _b(p, "enabled")
