@@ -161,6 +161,18 @@ async def test_context_references_keep_the_bytes_until_the_event_leaves_the_wind
     daemon.context.top_k, daemon.context.keep_recent = 1, 1  # compaction: the event sinks into the documents
     await daemon.io.inject_sync("test", "test", "something else entirely")
     assert all(e.id != event.id for e in daemon.context.timeline())
+    doc_id = f"ctx-{event.id}"
+    doc = daemon.docs.get(doc_id)
+    assert doc is not None and f"[image/png {_digest()[:12]}] flag.gif" in doc.content  # the marker moved too
+    report = await gc_pass(store, daemon._media_owners(), 0.0)
+    assert report.refs_dropped == 1 and report.swept == 0  # the context's reference went, the document's holds
+    assert [(r["owner_kind"], r["owner_id"]) for r in await store.arefs_of(_digest())] == [("document", doc_id)]
+    assert await store.aget(_digest()) == PNG
+
+    assert await asyncio.to_thread(daemon.docs.remove, doc_id)  # the user deletes the document
+    report = await gc_pass(store, daemon._media_owners(), 3600.0)
+    assert report.refs_dropped == 0 and report.swept == 0  # a reference younger than gc_min_age is left alone
+    assert (await store.ainfo(_digest())).state == "present"
     report = await gc_pass(store, daemon._media_owners(), 0.0)
     assert report.refs_dropped == 1 and report.swept == 1
     info = await store.ainfo(_digest())
@@ -233,8 +245,29 @@ async def test_an_image_from_an_mcp_tool_reaches_the_model_after_the_result(daem
         tool_at = next(i for i, m in enumerate(messages) if m["role"] == "tool")
         assert messages[tool_at]["content"] == f"[image image/png, {len(picture)} bytes: shown to you after this result]"
         assert eyes.images(eyes.requests[1].body) == [("image/png", picture)]
-        assert daemon.media is not None  # kept in the store like any other media
-        assert (await daemon.media.ainfo(hashlib.sha256(picture).hexdigest())).source == "tool:calc_picture"
+        store = daemon.media
+        assert store is not None  # kept in the store like any other media
+        digest = hashlib.sha256(picture).hexdigest()
+        assert (await store.ainfo(digest)).source == "tool:calc_picture"
+
+    # after the turn: the agent event holds the marker and the reference, like an input's event
+    (agent,) = [e for e in daemon.context.timeline() if e.kind == "agent"]
+    assert agent.meta["media"] == [digest]
+    marker_line = f"[image/png {digest[:12]}]"
+    assert "[media from the tool calc_picture]" in agent.meta["media_text"] and marker_line in agent.meta["media_text"]
+    assert [(r["owner_kind"], r["owner_id"]) for r in await store.arefs_of(digest)] == [("context", agent.id)]
+    report = await gc_pass(store, daemon._media_owners(), 0.0)
+    assert report.swept == 0 and await store.aget(digest) == picture
+
+    daemon.context.top_k, daemon.context.keep_recent = 1, 1  # pruned: the document cites the tool's image
+    await daemon.io.inject_sync("test", "test", "something else entirely")
+    await daemon.context.prune("and now for something completely different")
+    assert all(e.id != agent.id for e in daemon.context.timeline())
+    doc = daemon.docs.get(f"ctx-{agent.id}")
+    assert doc is not None and doc.content.startswith("a tiny picture") and marker_line in doc.content
+    report = await gc_pass(store, daemon._media_owners(), 0.0)
+    assert report.swept == 0 and await store.aget(digest) == picture
+    assert [r["owner_kind"] for r in await store.arefs_of(digest)] == ["document"]
 
 
 async def test_ocr_asks_the_fallback_source_twice_and_joins_the_answers(daemon: Daemon) -> None:

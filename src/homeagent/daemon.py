@@ -340,6 +340,7 @@ class Daemon:
             kept="documents, the conversation window and the text log are",
         )
         await self._start_media()
+        self.context.attach_media(self.media)
         self.memory: TurnMemory = ContextTurnMemory(self.context, media=self.media)
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
