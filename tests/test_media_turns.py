@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from homeagent.config.values import ConfigError
 from homeagent.daemon import Daemon
 from homeagent.memory.media import gc_pass
 from homeagent.paths import DataPaths
@@ -285,6 +286,39 @@ async def test_ocr_asks_the_fallback_source_twice_and_joins_the_answers(daemon: 
         assert prompts == {"Describe the image.", "Read the text in the image."}
         said = blind.requests[0].body["messages"][-1]["content"]
         assert said.endswith(f"[image/png {_digest()[:12]}] STOP — text in the image: STOP")
+
+
+async def test_the_built_in_prompts_follow_core_agent_language(daemon: Daemon) -> None:
+    """English by default, the original's Chinese for zh, and a prompt someone wrote wins over both."""
+    wav = b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(40)
+    async with FakeOpenAI() as blind, FakeOpenAI() as eyes:
+        await add_source(daemon, "blind", blind, "openai", vision=False, priority=10)
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        daemon.config.set("core.input_processing.image.fallback_provider", "eyes")
+        daemon.config.set("core.input_processing.audio.fallback_provider", "eyes")
+
+        async def prompts_asked() -> set[str]:
+            eyes.requests.clear()
+            eyes.script(*[Turn.text("seen")] * 3)
+            blind.script(Turn.text("ok"))
+            result = await daemon.io.inject_sync("test", "test", "look and listen",
+                                                 media=[FLAG, MediaBlock(mime="audio/wav", data=wav)])
+            assert result.ok, result.error
+            return {r.body["messages"][0]["content"][0]["text"] for r in eyes.requests}
+
+        english = await prompts_asked()
+        assert "Transcribe this audio." in english and len(english) == 3
+        assert all(p.isascii() for p in english), english  # no Chinese prompt in an English setup
+        daemon.config.set("core.agent.language", "zh")
+        assert await prompts_asked() == {
+            "请详细描述这张图片的内容，包括主要对象、场景、文字和值得注意的细节。",
+            "请识别这张图片中的所有文字内容，按原有顺序输出；没有文字时回答“无文字”。",
+            "请转写这段音频的内容。",
+        }
+        daemon.config.set("core.input_processing.image.ocr_prompt", "Read it.")
+        assert "Read it." in await prompts_asked()
+    with pytest.raises(ConfigError, match="not one of en, zh"):
+        daemon.config.set("core.agent.language", "klingon")
 
 
 def test_media_blocks_on_the_wire_refuse_what_is_not_a_data_url() -> None:

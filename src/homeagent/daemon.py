@@ -72,7 +72,13 @@ from homeagent.plugins.registry import PluginRegistry, register_rpc
 from homeagent.plugins.services import PluginServices
 from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest
-from homeagent.providers.describe import DescribeSettings, FallbackDescriber, FallbackTranscriber, TranscribeSettings
+from homeagent.providers.describe import (
+    DescribeSettings,
+    FallbackDescriber,
+    FallbackTranscriber,
+    TranscribeSettings,
+    builtin_prompt,
+)
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 from homeagent.startup import AGENT, APPROVALS, MEMORY, PLUGINS, WEB, Startup, StillStarting
 from homeagent.threads import run_detached
@@ -441,17 +447,22 @@ class Daemon:
         """The media turn path: images to a model that sees, else described by the image fallback source."""
         cfg = self.config
         manager = self.llm.manager
+
+        def prompt(key: str, kind: str) -> Callable[[], str]:
+            """The setting, or while it is empty the built-in prompt in ``core.agent.language`` (read each time)."""
+            return lambda: cfg.get_str(key, "").strip() or builtin_prompt(kind, cfg.get_str("core.agent.language", "en"))
+
         describer = FallbackDescriber(manager, DescribeSettings(
             source=lambda: cfg.get_str("core.input_processing.image.fallback_provider", ""),
             model=lambda: cfg.get_str("core.input_processing.image.fallback_model", ""),
-            describe_prompt=lambda: cfg.get_str("core.input_processing.image.describe_prompt", ""),
+            describe_prompt=prompt("core.input_processing.image.describe_prompt", "image.describe"),
             ocr_enabled=lambda: cfg.get_bool("core.input_processing.image.ocr_enabled", True),
-            ocr_prompt=lambda: cfg.get_str("core.input_processing.image.ocr_prompt", ""),
+            ocr_prompt=prompt("core.input_processing.image.ocr_prompt", "image.ocr"),
         ))
         transcriber = FallbackTranscriber(manager, TranscribeSettings(
             source=lambda: cfg.get_str("core.input_processing.audio.fallback_provider", ""),
             model=lambda: cfg.get_str("core.input_processing.audio.fallback_model", ""),
-            prompt=lambda: cfg.get_str("core.input_processing.audio.describe_prompt", ""),
+            prompt=prompt("core.input_processing.audio.describe_prompt", "audio.describe"),
         ))
         return MediaTurnPath(self.media, manager.sees_images, describer, transcriber)
 
