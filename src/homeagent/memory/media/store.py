@@ -609,23 +609,26 @@ class MediaStore:
         """
         added = described = 0
         unresolved: dict[str, None] = {}
-        now = self._clock()
+        found: list[tuple[str, str, str, str]] = []  # (owner kind, owner id, digest, description)
         for owner in owners:
             for ref, description in owner.references():
                 try:
-                    digest = self.resolve(ref)
+                    found.append((owner.owner_kind, owner.owner_id, self.resolve(ref), description))
                 except UnknownMedia:
                     unresolved[ref[:12]] = None
-                    continue
-                with self._tx() as conn:
+        now = self._clock()
+        for i in range(0, len(found), SWEEP_BATCH):  # one commit per reference took 4× as long (bench_media)
+            with self._tx() as conn:
+                for kind, owner_id, digest, description in found[i : i + SWEEP_BATCH]:
                     row = conn.execute("SELECT state, description FROM blobs WHERE digest = ?", (digest,)).fetchone()
                     if row is None or row[0] != "present":  # evicted or damaged: nothing to keep
                         continue
                     added += conn.execute(
                         "INSERT OR IGNORE INTO refs(owner_kind, owner_id, digest, created) VALUES (?, ?, ?, ?)",
-                        (owner.owner_kind, owner.owner_id, digest, now),
+                        (kind, owner_id, digest, now),
                     ).rowcount
-                    conn.execute("UPDATE blobs SET marked_at = NULL WHERE digest = ?", (digest,))
+                    conn.execute("UPDATE blobs SET marked_at = NULL WHERE digest = ? AND marked_at IS NOT NULL",
+                                 (digest,))
                     if description and not row[1]:
                         conn.execute("UPDATE blobs SET description = ? WHERE digest = ?", (description, digest))
                         described += 1
