@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from homeagent.config.values import ConfigError
 from homeagent.daemon import Daemon
 from homeagent.memory.media import gc_pass
 from homeagent.paths import DataPaths
@@ -161,6 +162,18 @@ async def test_context_references_keep_the_bytes_until_the_event_leaves_the_wind
     daemon.context.top_k, daemon.context.keep_recent = 1, 1  # compaction: the event sinks into the documents
     await daemon.io.inject_sync("test", "test", "something else entirely")
     assert all(e.id != event.id for e in daemon.context.timeline())
+    doc_id = f"ctx-{event.id}"
+    doc = daemon.docs.get(doc_id)
+    assert doc is not None and f"[image/png {_digest()[:12]}] flag.gif" in doc.content  # the marker moved too
+    report = await gc_pass(store, daemon._media_owners(), 0.0)
+    assert report.refs_dropped == 1 and report.swept == 0  # the context's reference went, the document's holds
+    assert [(r["owner_kind"], r["owner_id"]) for r in await store.arefs_of(_digest())] == [("document", doc_id)]
+    assert await store.aget(_digest()) == PNG
+
+    assert await asyncio.to_thread(daemon.docs.remove, doc_id)  # the user deletes the document
+    report = await gc_pass(store, daemon._media_owners(), 3600.0)
+    assert report.refs_dropped == 0 and report.swept == 0  # a reference younger than gc_min_age is left alone
+    assert (await store.ainfo(_digest())).state == "present"
     report = await gc_pass(store, daemon._media_owners(), 0.0)
     assert report.refs_dropped == 1 and report.swept == 1
     info = await store.ainfo(_digest())
@@ -233,8 +246,29 @@ async def test_an_image_from_an_mcp_tool_reaches_the_model_after_the_result(daem
         tool_at = next(i for i, m in enumerate(messages) if m["role"] == "tool")
         assert messages[tool_at]["content"] == f"[image image/png, {len(picture)} bytes: shown to you after this result]"
         assert eyes.images(eyes.requests[1].body) == [("image/png", picture)]
-        assert daemon.media is not None  # kept in the store like any other media
-        assert (await daemon.media.ainfo(hashlib.sha256(picture).hexdigest())).source == "tool:calc_picture"
+        store = daemon.media
+        assert store is not None  # kept in the store like any other media
+        digest = hashlib.sha256(picture).hexdigest()
+        assert (await store.ainfo(digest)).source == "tool:calc_picture"
+
+    # after the turn: the agent event holds the marker and the reference, like an input's event
+    (agent,) = [e for e in daemon.context.timeline() if e.kind == "agent"]
+    assert agent.meta["media"] == [digest]
+    marker_line = f"[image/png {digest[:12]}]"
+    assert "[media from the tool calc_picture]" in agent.meta["media_text"] and marker_line in agent.meta["media_text"]
+    assert [(r["owner_kind"], r["owner_id"]) for r in await store.arefs_of(digest)] == [("context", agent.id)]
+    report = await gc_pass(store, daemon._media_owners(), 0.0)
+    assert report.swept == 0 and await store.aget(digest) == picture
+
+    daemon.context.top_k, daemon.context.keep_recent = 1, 1  # pruned: the document cites the tool's image
+    await daemon.io.inject_sync("test", "test", "something else entirely")
+    await daemon.context.prune("and now for something completely different")
+    assert all(e.id != agent.id for e in daemon.context.timeline())
+    doc = daemon.docs.get(f"ctx-{agent.id}")
+    assert doc is not None and doc.content.startswith("a tiny picture") and marker_line in doc.content
+    report = await gc_pass(store, daemon._media_owners(), 0.0)
+    assert report.swept == 0 and await store.aget(digest) == picture
+    assert [r["owner_kind"] for r in await store.arefs_of(digest)] == ["document"]
 
 
 async def test_ocr_asks_the_fallback_source_twice_and_joins_the_answers(daemon: Daemon) -> None:
@@ -252,6 +286,39 @@ async def test_ocr_asks_the_fallback_source_twice_and_joins_the_answers(daemon: 
         assert prompts == {"Describe the image.", "Read the text in the image."}
         said = blind.requests[0].body["messages"][-1]["content"]
         assert said.endswith(f"[image/png {_digest()[:12]}] STOP — text in the image: STOP")
+
+
+async def test_the_built_in_prompts_follow_core_agent_language(daemon: Daemon) -> None:
+    """English by default, the original's Chinese for zh, and a prompt someone wrote wins over both."""
+    wav = b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(40)
+    async with FakeOpenAI() as blind, FakeOpenAI() as eyes:
+        await add_source(daemon, "blind", blind, "openai", vision=False, priority=10)
+        await add_source(daemon, "eyes", eyes, "openai", vision=True)
+        daemon.config.set("core.input_processing.image.fallback_provider", "eyes")
+        daemon.config.set("core.input_processing.audio.fallback_provider", "eyes")
+
+        async def prompts_asked() -> set[str]:
+            eyes.requests.clear()
+            eyes.script(*[Turn.text("seen")] * 3)
+            blind.script(Turn.text("ok"))
+            result = await daemon.io.inject_sync("test", "test", "look and listen",
+                                                 media=[FLAG, MediaBlock(mime="audio/wav", data=wav)])
+            assert result.ok, result.error
+            return {r.body["messages"][0]["content"][0]["text"] for r in eyes.requests}
+
+        english = await prompts_asked()
+        assert "Transcribe this audio." in english and len(english) == 3
+        assert all(p.isascii() for p in english), english  # no Chinese prompt in an English setup
+        daemon.config.set("core.agent.language", "zh")
+        assert await prompts_asked() == {
+            "请详细描述这张图片的内容，包括主要对象、场景、文字和值得注意的细节。",
+            "请识别这张图片中的所有文字内容，按原有顺序输出；没有文字时回答“无文字”。",
+            "请转写这段音频的内容。",
+        }
+        daemon.config.set("core.input_processing.image.ocr_prompt", "Read it.")
+        assert "Read it." in await prompts_asked()
+    with pytest.raises(ConfigError, match="not one of en, zh"):
+        daemon.config.set("core.agent.language", "klingon")
 
 
 def test_media_blocks_on_the_wire_refuse_what_is_not_a_data_url() -> None:

@@ -66,6 +66,7 @@ from homeagent.memory.loops import MemoryLoops
 from homeagent.memory.media import MediaAPI, MediaError, MediaGCLoop, MediaStore
 from homeagent.memory.media.api import OFF as MEDIA_OFF
 from homeagent.memory.media.owners import MediaOwners
+from homeagent.memory.media.repair import DocumentMarkers, MarkerSource, SentenceMarkers, WindowMarkers, repair
 from homeagent.memory.social import Social
 from homeagent.memory.storecheck import check_store, is_corruption, set_aside
 from homeagent.memory.textlog import TextLog, TextMemoryService
@@ -79,7 +80,13 @@ from homeagent.plugins.rpc import register_rpc
 from homeagent.plugins.services import PluginServices
 from homeagent.plugins.shipped import BUNDLED_DIR
 from homeagent.providers.base import ChatRequest
-from homeagent.providers.describe import DescribeSettings, FallbackDescriber, FallbackTranscriber, TranscribeSettings
+from homeagent.providers.describe import (
+    DescribeSettings,
+    FallbackDescriber,
+    FallbackTranscriber,
+    TranscribeSettings,
+    builtin_prompt,
+)
 from homeagent.sdk.types import OutputCap, Stage, StageContext, ToolDef
 from homeagent.startup import AGENT, APPROVALS, MEMORY, PLUGINS, WEB, Startup, StillStarting
 from homeagent.threads import run_detached
@@ -369,6 +376,7 @@ class Daemon:
             kept="documents, the conversation window and the text log are",
         )
         await self._start_media()
+        self.context.attach_media(self.media)
         self.memory: TurnMemory = ContextTurnMemory(self.context, media=self.media)
         self.indexer = MemoryIndexer(self.graph, self.embedder, analyzer=analyzer)  # one jieba dictionary, not two
         await self.indexer.start()
@@ -477,7 +485,7 @@ class Daemon:
         try:
             self.media = await self._open_store(
                 root / "media.db", "media store", open_media,
-                kept="the media files (adopted again by the next GC pass) and every other memory are",
+                kept="the media files (adopted and referenced again from memory's markers) and every other memory are",
             )
         except (OSError, sqlite3.Error) as exc:  # unwritable, locked, a file where the folder should be
             note = f"media store at {root} not available ({type(exc).__name__}: {exc}); media stays text"
@@ -488,24 +496,51 @@ class Daemon:
             self.media, lambda: cfg.get_duration("core.memory.media.gc_interval", "6h"), owners=self._media_owners()
         )
         self.media_gc.start()
+        self.media_repair: asyncio.Task[None] | None = None
+        if await asyncio.to_thread(self.media.lost_metadata):
+            self.media_repair = asyncio.get_running_loop().create_task(self._repair_media(self.media),
+                                                                        name="media-repair")
 
     def _media_turn_path(self) -> MediaTurnPath:
         """The media turn path: images to a model that sees, else described by the image fallback source."""
         cfg = self.config
         manager = self.llm.manager
+
+        def prompt(key: str, kind: str) -> Callable[[], str]:
+            """The setting, or while it is empty the built-in prompt in ``core.agent.language`` (read each time)."""
+            return lambda: cfg.get_str(key, "").strip() or builtin_prompt(kind, cfg.get_str("core.agent.language", "en"))
+
         describer = FallbackDescriber(manager, DescribeSettings(
             source=lambda: cfg.get_str("core.input_processing.image.fallback_provider", ""),
             model=lambda: cfg.get_str("core.input_processing.image.fallback_model", ""),
-            describe_prompt=lambda: cfg.get_str("core.input_processing.image.describe_prompt", ""),
+            describe_prompt=prompt("core.input_processing.image.describe_prompt", "image.describe"),
             ocr_enabled=lambda: cfg.get_bool("core.input_processing.image.ocr_enabled", True),
-            ocr_prompt=lambda: cfg.get_str("core.input_processing.image.ocr_prompt", ""),
+            ocr_prompt=prompt("core.input_processing.image.ocr_prompt", "image.ocr"),
         ))
         transcriber = FallbackTranscriber(manager, TranscribeSettings(
             source=lambda: cfg.get_str("core.input_processing.audio.fallback_provider", ""),
             model=lambda: cfg.get_str("core.input_processing.audio.fallback_model", ""),
-            prompt=lambda: cfg.get_str("core.input_processing.audio.describe_prompt", ""),
+            prompt=prompt("core.input_processing.audio.describe_prompt", "audio.describe"),
         ))
         return MediaTurnPath(self.media, manager.sees_images, describer, transcriber)
+
+    def _media_sources(self) -> list[MarkerSource]:
+        """Where media markers live, for ``repair``: the window, the documents, the graph's sentences."""
+        return [WindowMarkers(self.context), DocumentMarkers(self.docs), SentenceMarkers(self.graph)]
+
+    async def _repair_media(self, store: MediaStore) -> None:
+        """A fresh ``media.db`` next to blobs already on disk (it was missing, or set aside as corrupt):
+        adopt them and reference them again from the markers in memory before GC could take them for strays."""
+        try:
+            report = await repair(store, self._media_sources())
+        except Exception:
+            log.exception("media: rebuilding the references after media.db was lost failed; "
+                          "run `homeagent memory media repair`")
+            return
+        log.warning("media: media.db was new next to %d stored files; %d references rebuilt from %d owners "
+                    "(%d descriptions restored, %d markers name bytes that are gone) in %.2fs",
+                    report.adopted, report.references_added, report.owners, report.described,
+                    len(report.unresolved), report.seconds)
 
     def _media_owners(self) -> MediaOwners:
         return MediaOwners(documents=self.docs, window=self.context, graph=self.graph)
@@ -566,6 +601,10 @@ class Daemon:
         media_gc: MediaGCLoop | None = getattr(self, "media_gc", None)
         if media_gc is not None:
             await media_gc.stop()
+        media_repair: asyncio.Task[None] | None = getattr(self, "media_repair", None)
+        if media_repair is not None:
+            media_repair.cancel()
+            await asyncio.gather(media_repair, return_exceptions=True)
         media: MediaStore | None = getattr(self, "media", None)
         if media is not None:
             await media.aclose()
@@ -713,7 +752,7 @@ class Daemon:
         }
         for name, fn in methods.items():
             self.socket.add_method(name, fn)
-        for name in ("media.list", "media.show", "media.gc", "media.add"):
+        for name in ("media.list", "media.show", "media.gc", "media.add", "media.repair"):
             self.socket.add_method(name, functools.partial(self._rpc_media, name))
 
     async def _rpc_media(self, method: str, params: dict[str, Any]) -> Any:
@@ -724,7 +763,7 @@ class Daemon:
                 "turn it on with `homeagent config set core.memory.media.enabled true` and restart"
             )
         try:
-            return await MediaAPI(media, self._media_owners()).methods()[method](params)
+            return await MediaAPI(media, self._media_owners(), self._media_sources()).methods()[method](params)
         except (MediaError, ValueError) as exc:
             raise RPCError(str(exc)) from exc
 

@@ -35,6 +35,8 @@ class TurnRecord:
     ts: float = field(default_factory=time.time)
     input_id: str = ""
     media_digests: list[str] = field(default_factory=list)  # media of the input: referenced while in the window
+    tool_media_digests: list[str] = field(default_factory=list)  # media tools handed over (set_tool_blocks, MCP)
+    tool_media_text: str = ""  # their marker lines, one "[media from the tool NAME]" line before each tool's
 
 
 class Speakers(Protocol):

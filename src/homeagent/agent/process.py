@@ -130,6 +130,8 @@ class _Turn:
     no_memory_tool: bool = False  # a no_memory tool was called: the whole turn is kept out of memory
     media_digests: list[str] = field(default_factory=list)  # the input's stored media (context references)
     tool_blocks: list[tuple[str, list[MediaBlock]]] = field(default_factory=list)  # set_tool_blocks, not yet sent
+    tool_media_digests: list[str] = field(default_factory=list)  # stored media of tools (the agent event's refs)
+    tool_media_lines: list[str] = field(default_factory=list)  # their marker lines, as memory keeps them
     unseen: list[UnseenImage] = field(default_factory=list)  # the input's images the model got as text (media_look)
     refused_rounds: int = 0  # rounds whose every call the approval gate refused
 
@@ -442,6 +444,8 @@ class TurnRunner:
                 continue
             prepared = await self.media.prepare(note, blocks, source=f"tool:{name}")
             messages.append({"role": "user", "content": prepared.content})
+            turn.tool_media_digests.extend(d for d in prepared.digests if d not in turn.tool_media_digests)
+            turn.tool_media_lines.append(prepared.text)
 
     async def _admit(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> bool:
         """Ask the gate (policy, maybe the owner) before the call runs; a refusal marks it denied."""
@@ -610,6 +614,8 @@ class TurnRunner:
                     ts=message.ts,
                     input_id=message.id,
                     media_digests=turn.media_digests,
+                    tool_media_digests=turn.tool_media_digests,
+                    tool_media_text="\n".join(turn.tool_media_lines),
                 )
             )
         except Exception:

@@ -1,4 +1,4 @@
-"""``homeagent memory media list|show|gc|add``: the media store, seen and tended from the terminal.
+"""``homeagent memory media list|show|gc|add|repair``: the media store, seen and tended from the terminal.
 
 Each command asks the running daemon over the local socket (``media.*``
 methods) so the daemon's own store object does the work; with no daemon it
@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ACTIONS = ("list", "show", "gc", "add")
+ACTIONS = ("list", "show", "gc", "add", "repair")
 
 
 def register_memory_media(msub: Any) -> None:
     """Add ``media`` and its actions to the ``homeagent memory`` sub-commands."""
-    media = msub.add_parser("media", help="the media store: list, show, gc, add")
+    media = msub.add_parser("media", help="the media store: list, show, gc, add, repair")
     actions = media.add_subparsers(dest="media_action", metavar="ACTION")
 
     ls = actions.add_parser("list", help="stored media, newest first, with size, state and references")
@@ -52,6 +52,11 @@ def register_memory_media(msub: Any) -> None:
     add.add_argument("--json", action="store_true")
     add.set_defaults(func=cmd_media, media_action="add")
 
+    fix = actions.add_parser("repair", help="after media.db was lost: adopt the files on disk and reference them "
+                             "again from the markers in the conversation, documents and graph")
+    fix.add_argument("--json", action="store_true")
+    fix.set_defaults(func=cmd_media, media_action="repair")
+
     def no_action(args: argparse.Namespace) -> int:
         media.print_help(sys.stderr)
         return 2
@@ -69,6 +74,8 @@ def _params(args: argparse.Namespace) -> dict[str, Any]:
         return {"digest": args.digest}
     if action == "gc":
         return {} if args.min_age is None else {"min_age": parse_duration(args.min_age)}
+    if action == "repair":
+        return {}
     return {
         "path": str(Path(args.file).expanduser().resolve()),
         "description": args.description,
@@ -131,9 +138,39 @@ async def _local(data_dir: Path, method: str, params: dict[str, Any]) -> Any:
         min_age=float(min_age) if isinstance(min_age, int | float) else parse_duration(str(min_age)),
     )
     try:
+        if method == "media.repair":
+            return await _local_repair(data_dir, store)
         return await MediaAPI(store).methods()[method](params)
     finally:
         store.close()
+
+
+async def _local_repair(data_dir: Path, store: Any) -> Any:
+    """``repair`` with the stores opened here: the window read-only, the documents and the graph if they exist."""
+    from homeagent.cli.memory_cmd import memory_paths
+    from homeagent.memory.cleaners import CleanerChain
+    from homeagent.memory.context import RelevanceContext
+    from homeagent.memory.documents import DocumentStore
+    from homeagent.memory.graph import GraphDB
+    from homeagent.memory.media.repair import DocumentMarkers, MarkerSource, SentenceMarkers, WindowMarkers, repair
+
+    ctx_path, db_path = memory_paths(data_dir)
+    window = await asyncio.to_thread(RelevanceContext, ctx_path, None, None, CleanerChain(), read_only=True)
+    sources: list[MarkerSource] = [WindowMarkers(window)]
+    docs = await asyncio.to_thread(DocumentStore, db_path, None) if db_path.exists() else None
+    graph_path = data_dir / "memory" / "graph.db"
+    graph = await GraphDB.open(graph_path, create=False) if graph_path.exists() else None
+    try:
+        if docs is not None:
+            sources.append(DocumentMarkers(docs))
+        if graph is not None:
+            sources.append(SentenceMarkers(graph))
+        return (await repair(store, sources)).to_dict()
+    finally:
+        if docs is not None:
+            await asyncio.to_thread(docs.close)
+        if graph is not None:
+            await graph.close()
 
 
 # -- rendering ---------------------------------------------------------------------------
@@ -157,6 +194,8 @@ def render(action: str, result: dict[str, Any]) -> str:
         return _render_show(result)
     if action == "gc":
         return _render_gc(result)
+    if action == "repair":
+        return _render_repair(result)
     verb = "stored" if result["new"] else "already stored"
     return f"{verb}: {result['marker']}\ndigest: {result['digest']}\nsize:   {human(result['size'])}"
 
@@ -241,3 +280,17 @@ async def attach_images(client: Any, files: list[Path]) -> tuple[list[str], list
             raise RemoteError(f"{path}: {exc}") from None
         digests.append(str(result["digest"]))
     return digests, lines
+
+
+def _render_repair(r: dict[str, Any]) -> str:
+    lines = [
+        f"files adopted:       {r['adopted']} ({r['quarantined']} damaged ones quarantined, "
+        f"{r['missing']} entries without a file)",
+        f"owners with markers: {r['owners']}",
+        f"references rebuilt:  {r['references_added']}",
+        f"descriptions back:   {r['described']}",
+    ]
+    if r["unresolved"]:
+        lines.append(f"markers whose bytes are gone: {len(r['unresolved'])} ({', '.join(r['unresolved'][:10])}"
+                     + (", …" if len(r["unresolved"]) > 10 else "") + "); their descriptions stay in the text")
+    return "\n".join(lines)

@@ -173,6 +173,7 @@ class CleanerChain:
                         str(out.get("tool", "")), str(out.get("text", "")), no_memory=bool(out.get("no_memory"))
                     )
                 )
+            parts.append(str(event.meta.get("media_text", "")))  # markers of media its tools handed over
         elif event.kind == "cold_storage":
             parts = [self.clean(event.input), self.clean(event.response)]
         else:

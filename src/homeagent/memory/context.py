@@ -97,8 +97,8 @@ class ContextEvent:
 
     def stored_text(self) -> str:
         """What this event contributes to L2 when it sinks (originals, uncleaned, without tool output)."""
-        if self.kind == "agent":
-            return self.response
+        if self.kind == "agent":  # with the markers of media its tools handed over, when there were any
+            return "\n".join(p for p in (self.response, str(self.meta.get("media_text", ""))) if p.strip())
         if self.kind == "cold_storage":
             return "\n".join(p for p in (self.input, self.response) if p)
         return self.input
@@ -113,6 +113,15 @@ def event_speaker(event: ContextEvent) -> str:
     if event.kind == "user":
         return str(event.meta.get("user_id") or "user")
     return ""
+
+
+class SinkMediaRefs(Protocol):
+    """What pruning needs from the media store: a document made from an event with media references it.
+
+    Called from the worker thread that prunes (``MediaStore.add_refs`` is thread-safe and blocking).
+    """
+
+    def add_refs(self, owner_kind: str, owner_id: str, refs: Sequence[str]) -> list[str]: ...
 
 
 class RelevanceContext:
@@ -156,7 +165,12 @@ class RelevanceContext:
         self._save_task: asyncio.Task[None] | None = None
         self._closed = False
         self._journal = ContextJournal(journal_path(self.path), log=self.log, read_only=read_only)
+        self._media: SinkMediaRefs | None = None
         self._load()
+
+    def attach_media(self, media: SinkMediaRefs | None) -> None:
+        """The media store (opened after the window): pruned events with media hand their references on."""
+        self._media = media
 
     # -- timeline ----------------------------------------------------------------------
     def __len__(self) -> int:
@@ -293,12 +307,17 @@ class RelevanceContext:
 
     def _sink(self, pruned: Sequence[ContextEvent]) -> None:
         drafts: list[DocDraft] = []
+        media: list[tuple[str, list[str]]] = []  # (document id, digests) for events that carry media
         for e in pruned:
             if e.no_memory or self.cleaners.uses_no_memory_tool(e):
                 continue
             content = e.stored_text()
             if not content.strip():
                 continue
+            doc_id = str(e.meta.get("doc_id") or f"ctx-{e.id}")
+            digests = [str(d) for d in e.meta.get("media", []) or []]
+            if digests:
+                media.append((doc_id, digests))
             index_text = self.docs.index_text(content, str(e.meta.get("summary", ""))) if self.docs else ""
             vec = None
             if index_text and index_text == self._memtext.get(e.id) and self._index.vectors is not None:
@@ -309,7 +328,7 @@ class RelevanceContext:
                     summary=str(e.meta.get("summary", "")),
                     tags=[str(t) for t in e.meta.get("tags", [])] or [t for t in (e.kind, e.channel) if t],
                     ts=e.ts,
-                    id=str(e.meta.get("doc_id") or f"ctx-{e.id}"),
+                    id=doc_id,
                     source=str(e.meta.get("doc_source") or f"context:{e.kind}"),
                     vector=vec,
                     index_text=index_text or None,
@@ -323,6 +342,19 @@ class RelevanceContext:
             self.log.debug("context: no document store; %d pruned events dropped", len(drafts))
             return
         self.docs.insert_many(drafts)
+        self._hand_on_media(media)
+
+    def _hand_on_media(self, media: Sequence[tuple[str, list[str]]]) -> None:
+        """Each new document references its event's media before the event (and its ``context`` reference)
+        leaves the window, so the bytes outlive the pruning for as long as the document cites them."""
+        if self._media is None:
+            return
+        for doc_id, digests in media:
+            for digest in digests:  # one by one: an item whose bytes are gone must not cost the others theirs
+                try:
+                    self._media.add_refs("document", doc_id, [digest])
+                except Exception as exc:
+                    self.log.info("context: document %s cannot reference media %s: %s", doc_id, digest[:12], exc)
 
     def _embed(self, texts: list[str]) -> list[np.ndarray | None]:
         if self.embedder is None or not texts:
@@ -549,17 +581,27 @@ class ContextTurnMemory:
             event = ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=said, **common)
             if digests and self.media is not None:
                 event.meta["media"] = digests
-                # before the event is in the window: GC never sees a marker in the context without its reference
-                try:
-                    await self.media.aadd_refs("context", event.id, digests)
-                except Exception as exc:  # the bytes may be gone already; the marker keeps the description
-                    self.context.log.warning("context: referencing media %s failed: %s", ", ".join(d[:12] for d in digests), exc)
+                await self._reference(event.id, digests)
             self.context.append(event)
         outputs = [
             {"tool": o.tool, "text": o.text, "no_memory": getattr(o, "memory_text", "") is None}
             for o in getattr(turn, "tool_outputs", []) or []
         ]
-        if getattr(turn, "reply", "") or outputs:
-            self.context.append(ContextEvent(kind="agent", response=getattr(turn, "reply", ""), tool_outputs=outputs,
-                                             ts=ts + 0.001, meta=dict(meta), **common))
+        tool_digests = [str(d) for d in getattr(turn, "tool_media_digests", []) or []]
+        if getattr(turn, "reply", "") or outputs or tool_digests:
+            agent = ContextEvent(kind="agent", response=getattr(turn, "reply", ""), tool_outputs=outputs,
+                                 ts=ts + 0.001, meta=dict(meta), **common)
+            if tool_digests and self.media is not None:  # a tool's images live as long as the turn's input would
+                agent.meta["media"] = tool_digests
+                agent.meta["media_text"] = str(getattr(turn, "tool_media_text", ""))
+                await self._reference(agent.id, tool_digests)
+            self.context.append(agent)
         await self.context.durable()  # on disk before the turn ends: the next turn never starts on unsaved memory
+
+    async def _reference(self, event_id: str, digests: list[str]) -> None:
+        """Before the event is in the window: GC never sees a marker in the context without its reference."""
+        assert self.media is not None
+        try:
+            await self.media.aadd_refs("context", event_id, digests)
+        except Exception as exc:  # the bytes may be gone already; the marker keeps the description
+            self.context.log.warning("context: referencing media %s failed: %s", ", ".join(d[:12] for d in digests), exc)

@@ -634,6 +634,19 @@ class GraphDB:
 
         return await self._read(run)
 
+    async def marked_sentences(self) -> list[tuple[str, str, str | None]]:
+        """``(key, text, media)`` of every sentence that lists media or may hold a marker: what the media
+        store's repair references again after its ``media.db`` was lost."""
+
+        def run(conn: sqlite3.Connection) -> list[tuple[str, str, str | None]]:
+            rows = conn.execute(
+                "SELECT hash, text, media FROM sentences WHERE (media IS NOT NULL AND media NOT IN ('', '[]')) "
+                "OR instr(text, '[') > 0"
+            ).fetchall()
+            return [(str(h), str(t), m if m is None else str(m)) for h, t, m in rows]
+
+        return await self._read(run)
+
     async def purge(self, criteria: Mapping[str, str], mode: str = "soft") -> int:
         """Retire (soft) or delete (hard) the relations matching every given criterion; returns how many.
 

@@ -18,10 +18,43 @@ from dataclasses import dataclass
 from homeagent.providers.base import ChatRequest, ProviderError
 from homeagent.providers.manager import ProviderManager
 
-__all__ = ["AUDIO_FORMATS", "DescribeSettings", "FallbackDescriber", "FallbackTranscriber", "TranscribeSettings"]
+__all__ = [
+    "AUDIO_FORMATS",
+    "BUILTIN_PROMPTS",
+    "DescribeSettings",
+    "FallbackDescriber",
+    "FallbackTranscriber",
+    "TranscribeSettings",
+    "builtin_prompt",
+]
 
 AUDIO_FORMATS = {"audio/wav": "wav", "audio/mpeg": "mp3"}
 """Audio the transcriber can send: OpenAI's ``input_audio`` takes wav and mp3 (Gemini takes them too)."""
+
+BUILTIN_PROMPTS: dict[str, dict[str, str]] = {
+    "en": {
+        "image.describe": "Describe this image in detail: the main subjects, the setting, any text, and notable "
+                          "details.",
+        "image.ocr": "Read all the text in this image and write it out in its original order; if there is no text, "
+                     "answer \"no text\".",
+        "audio.describe": "Transcribe this audio.",
+    },
+    "zh": {  # the original's prompts
+        "image.describe": "请详细描述这张图片的内容，包括主要对象、场景、文字和值得注意的细节。",
+        "image.ocr": "请识别这张图片中的所有文字内容，按原有顺序输出；没有文字时回答“无文字”。",
+        "audio.describe": "请转写这段音频的内容。",
+    },
+}
+"""The prompts used while the setting is empty, by ``core.agent.language``: the description comes back in the
+prompt's language and becomes durable memory, so a Chinese prompt in an English setup would leave Chinese
+descriptions in an English memory."""
+
+
+def builtin_prompt(kind: str, language: str) -> str:
+    """The built-in prompt ``kind`` (``image.describe``, ``image.ocr``, ``audio.describe``) in ``language``;
+    English for anything but Chinese (``zh``, ``zh-CN``, ...)."""
+    lang = "zh" if language.strip().lower().startswith("zh") else "en"
+    return BUILTIN_PROMPTS[lang][kind]
 
 
 @dataclass

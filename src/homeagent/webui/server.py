@@ -30,6 +30,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from homeagent.memory.media import MediaError
 from homeagent.sdk.types import OutputCap
 from homeagent.webui.api import CoreAPI
 from homeagent.webui.approvals import ApprovalsAPI
@@ -49,7 +50,7 @@ from homeagent.webui.chat import ChatAPI
 from homeagent.webui.common import ApiError, Handler, Op, Principal, WebContext, all_ops
 from homeagent.webui.host import WebHost
 from homeagent.webui.manage import ManageAPI
-from homeagent.webui.media import MediaRoutes
+from homeagent.webui.media import MediaRoutes, OutgoingFiles
 from homeagent.webui.openai_compat import OpenAICompat
 from homeagent.webui.openapi import build_openapi
 from homeagent.webui.sse import StreamRegistry
@@ -155,7 +156,7 @@ def is_public(method: str, path: str) -> bool:
 
 
 def wants_json(path: str) -> bool:
-    return path.startswith(("/api/", "/v1/"))
+    return path.startswith(("/api/", "/v1/", "/files/"))  # /files/: a link the chat made, fetched or opened signed in
 
 
 def error_body(path: str, status: int, message: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -254,8 +255,10 @@ def _security_headers(send: Send) -> Send:
     ]
 
     async def wrapped(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        if message["type"] == "http.response.start":  # a response's own stricter header (a file's sandbox) stays alone
+            own = [(bytes(k).lower(), v) for k, v in message.get("headers", [])]
+            names = {k for k, _ in own}
+            message = {**message, "headers": [*own, *(h for h in extra if h[0] not in names)]}
         await send(message)
 
     return wrapped
@@ -353,7 +356,7 @@ def _router(ops: list[Op]) -> list[Route]:
 def build_app(ctx: WebContext, *, vendor: dict[str, Path] | None = None) -> tuple[Starlette, list[Op]]:
     pages = Pages(vendor)
     groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), MediaRoutes(ctx).ops(),
-              OpenAICompat(ctx).ops(), ApprovalsAPI(ctx).ops()]
+              OutgoingFiles(ctx).ops(), OpenAICompat(ctx).ops(), ApprovalsAPI(ctx).ops()]
     ops = all_ops(groups)
     schema: dict[str, Any] = {}
 
@@ -521,6 +524,9 @@ class WebUIServer:
                     caps=OutputCap.TEXT | OutputCap.FILE | OutputCap.IMAGE,
                     description="The browser web UI: shows the message in every open chat page.",
                     plugin="webui",
+                    meta_help="type file or image: the payload is a media digest (as in a marker), a data URL "
+                              "or an absolute file path; the file is kept in the media store and the chat "
+                              "links /files/<digest>. meta {\"name\": \"report.pdf\"} names the download.",
                     types=["text", "file", "image"],
                 )
             )
@@ -542,10 +548,19 @@ class WebUIServer:
             self._undo.append(remove_rpc)
 
     async def _channel_output(self, payload: str, meta: dict[str, Any], type_: str) -> Any:
-        self.daemon.events.publish(
-            "agent_output", {"channel": "webui", "text": payload, "meta": meta, "type": type_, "kind": "channel_output"}
-        )
-        return {"status": "sent", "channel": "webui", "open_streams": len(self.ctx.streams)}
+        event: dict[str, Any] = {"channel": "webui", "text": payload, "meta": meta, "type": type_,
+                                 "kind": "channel_output"}
+        if type_ in ("file", "image"):  # the browser gets the bytes from the media store, at /files/<digest>
+            try:
+                event["file"] = await OutgoingFiles(self.ctx).keep(payload, meta)
+            except (MediaError, ValueError, OSError) as exc:
+                return {"isError": True, "content": f"the file was not sent to the web UI: {exc}"}
+            event["text"] = event["file"]["name"]
+        self.daemon.events.publish("agent_output", event)
+        out = {"status": "sent", "channel": "webui", "open_streams": len(self.ctx.streams)}
+        if "file" in event:
+            out.update(url=event["file"]["url"], marker=event["file"]["marker"])
+        return out
 
     def _rpc_rotate(self, _: dict[str, Any]) -> dict[str, Any]:
         token = self.ctx.tokens.rotate()

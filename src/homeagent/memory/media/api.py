@@ -9,12 +9,14 @@ output never depends on which of the two answered. Refusals are
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from homeagent.memory.media.errors import MediaError
 from homeagent.memory.media.markers import marker
 from homeagent.memory.media.owners import MediaOwners, gc_pass
+from homeagent.memory.media.repair import MarkerSource, repair
 from homeagent.memory.media.store import MediaStore
 
 __all__ = ["OFF", "MediaAPI"]
@@ -26,15 +28,22 @@ OFF = "the media store is off"
 
 
 class MediaAPI:
-    """``owners`` (the daemon's stores) lets ``gc`` drop references whose owner is gone; the CLI alone has none."""
+    """``owners`` (the daemon's stores) lets ``gc`` drop references whose owner is gone; the CLI alone has none.
+    ``sources`` (window, documents, graph) are where ``repair`` finds the markers to reference again."""
 
-    def __init__(self, store: MediaStore, owners: MediaOwners | None = None) -> None:
+    def __init__(self, store: MediaStore, owners: MediaOwners | None = None,
+                 sources: Sequence[MarkerSource] = ()) -> None:
         self.store = store
         self.owners = owners
+        self.sources = sources
 
     def methods(self) -> dict[str, Any]:
         """Socket method name → handler."""
-        return {"media.list": self.entries, "media.show": self.show, "media.gc": self.gc, "media.add": self.add}
+        return {"media.list": self.entries, "media.show": self.show, "media.gc": self.gc, "media.add": self.add,
+                "media.repair": self.repair}
+
+    async def repair(self, params: dict[str, Any]) -> dict[str, Any]:
+        return (await repair(self.store, self.sources)).to_dict()
 
     async def entries(self, params: dict[str, Any]) -> dict[str, Any]:
         state = params.get("state") or None

@@ -594,6 +594,46 @@ class MediaStore:
                 for owner_id in owner_ids
             )
 
+    def lost_metadata(self) -> bool:
+        """No entry at all, yet files under ``blobs/``: ``media.db`` was lost (deleted, or set aside as corrupt)."""
+        (count,), = self._read("SELECT count(*) FROM blobs")
+        return count == 0 and bool(self.files.names())
+
+    def rebuild_refs(self, owners: Sequence[Any]) -> tuple[int, int, list[str]]:
+        """References from owners that name media (``repair.Marked``): ``(added, described, unresolved)``.
+
+        Each digest (full, or the 12 hex of a marker) that resolves to an item
+        whose bytes are here gets a reference from its owner; an item without a
+        description (an adopted one) takes the marker's. Digests that resolve to
+        nothing (the bytes were lost with the metadata) are listed, not guessed.
+        """
+        added = described = 0
+        unresolved: dict[str, None] = {}
+        found: list[tuple[str, str, str, str]] = []  # (owner kind, owner id, digest, description)
+        for owner in owners:
+            for ref, description in owner.references():
+                try:
+                    found.append((owner.owner_kind, owner.owner_id, self.resolve(ref), description))
+                except UnknownMedia:
+                    unresolved[ref[:12]] = None
+        now = self._clock()
+        for i in range(0, len(found), SWEEP_BATCH):  # one commit per reference took 4× as long (bench_media)
+            with self._tx() as conn:
+                for kind, owner_id, digest, description in found[i : i + SWEEP_BATCH]:
+                    row = conn.execute("SELECT state, description FROM blobs WHERE digest = ?", (digest,)).fetchone()
+                    if row is None or row[0] != "present":  # evicted or damaged: nothing to keep
+                        continue
+                    added += conn.execute(
+                        "INSERT OR IGNORE INTO refs(owner_kind, owner_id, digest, created) VALUES (?, ?, ?, ?)",
+                        (kind, owner_id, digest, now),
+                    ).rowcount
+                    conn.execute("UPDATE blobs SET marked_at = NULL WHERE digest = ? AND marked_at IS NOT NULL",
+                                 (digest,))
+                    if description and not row[1]:
+                        conn.execute("UPDATE blobs SET description = ? WHERE digest = ?", (description, digest))
+                        described += 1
+        return added, described, list(unresolved)
+
     # -- GC --------------------------------------------------------------------------
     def mark(self) -> tuple[int, int]:
         """Phase one: stamp unreferenced blobs that have no stamp, clear stamps of referenced ones."""
