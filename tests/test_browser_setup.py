@@ -248,7 +248,13 @@ async def test_phone_width_layout(setup: Setup) -> None:
         assert await page.evaluate("document.documentElement.scrollWidth") <= 375
         await shot(page, "phone-setup")
         await page.goto(setup.web.url + "#/chat")
-        setup.fake.script(Turn.text("see https://example.com/" + "a-very-long-path-segment" * 12 + " ok"))
+        # The memory loops may call the LLM in the background between tests (and take a scripted
+        # turn, or put the source in cooldown on an unscripted one): every call gets this reply.
+        setup.fake.default_turn = Turn.text("see https://example.com/" + "a-very-long-path-segment" * 12 + " ok")
+        llm = setup.web.daemon.llm
+        if "main" not in llm.config.sources():  # this test may run alone
+            llm.save_source({"name": "main", "base_url": setup.fake.base_url, "model": "gpt-fake", "api_key": "sk-x"})
+        llm.manager.reset()
         await page.fill("#chat-input", "a long link please")
         await page.press("#chat-input", "Enter")
         bubble = page.locator(".msg.assistant").last
@@ -258,6 +264,7 @@ async def test_phone_width_layout(setup: Setup) -> None:
         await shot(page, "phone-chat")
         assert await page.evaluate("document.documentElement.scrollWidth") <= 375
         assert not page.errors  # type: ignore[attr-defined]
+        setup.fake.default_turn = None
     finally:
         await context.close()
 
