@@ -154,3 +154,69 @@ async def test_with_the_media_store_off_the_media_tab_says_so_and_the_others_wor
             await web.server.close()
     finally:
         await daemon.stop()
+
+
+async def test_images_show_in_the_bubbles_live_and_after_a_reload(daemon: Daemon, tmp_path: Path) -> None:
+    """The user's upload, an image a tool handed over and an image the agent sent: thumbnails in their bubbles."""
+    from homeagent.agent.media_input import TOOL_BLOCKS
+    from homeagent.sdk.types import MediaBlock, ToolDef
+
+    upload, screen, chart = png(40, 20, (10, 200, 30)), png(64, 32, (0, 0, 250)), png(50, 50, (250, 120, 0))
+    (tmp_path / "green.png").write_bytes(upload)
+
+    async def screenshot(_: dict[str, object]) -> str:
+        sink = TOOL_BLOCKS.get()  # what set_tool_blocks fills (an MCP tool's image content goes the same way)
+        assert sink is not None
+        sink.append(MediaBlock(mime="image/png", data=screen, description="the login screen"))
+        return "screenshot taken"
+
+    daemon.tools.register(ToolDef(name="webtest_screenshot", description="takes a screenshot", plugin="test"),
+                          screenshot)
+    folder = daemon.paths.plugin_data("files")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "chart.png").write_bytes(chart)
+    web = await start_web(daemon)
+    try:
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(
+                executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
+            )
+            try:
+                context = await browser.new_context(viewport={"width": 1280, "height": 800})
+                await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
+                assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
+                page = await context.new_page()
+                page.set_default_timeout(15_000)
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(web.url + "#/chat")
+                await page.locator("#chat-file").set_input_files(str(tmp_path / "green.png"))
+                await page.locator("#chat-input").fill("here is a picture")
+                await page.locator("#chat-send").click()
+                mine = page.locator(".msg.user").last.locator(".attachment.image img")
+                await mine.wait_for()
+                await page.wait_for_function("img => img.complete && img.naturalWidth === 40", arg=await mine.element_handle())
+
+                await page.locator("#chat-input").fill("/tool webtest_screenshot {}")
+                await page.locator("#chat-send").click()
+                handed = page.locator(".msg.assistant").last.locator(".tool-media[data-tool='webtest_screenshot'] img")
+                await handed.wait_for()
+                await page.wait_for_function("img => img.complete && img.naturalWidth === 64", arg=await handed.element_handle())
+                assert await handed.get_attribute("alt") == "the login screen"
+
+                sent = await daemon.channels.send("webui", str(folder / "chart.png"), {}, "image")
+                assert sent["status"] == "sent", sent
+                proactive = page.locator(".msg.proactive .attachment.image img").last
+                await proactive.wait_for()
+                await page.wait_for_function("img => img.complete && img.naturalWidth === 50", arg=await proactive.element_handle())
+
+                # after a reload the user's upload is shown again, from the marker the text log kept
+                await page.reload()
+                again = page.locator(".msg.user .attachment.image img").first
+                await again.wait_for()
+                await page.wait_for_function("img => img.complete && img.naturalWidth === 40", arg=await again.element_handle())
+                assert not errors
+            finally:
+                await browser.close()
+    finally:
+        await web.server.close()

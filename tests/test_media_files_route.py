@@ -30,7 +30,15 @@ def sent_files(daemon: Daemon) -> list[dict[str, Any]]:
     return [e.data["file"] for e in daemon.events.recent(types=["agent_output"]) if "file" in e.data]
 
 
-async def test_a_file_sent_to_the_web_channel_is_served_with_its_type_and_name(daemon: Daemon, tmp_path: Path) -> None:
+def files_folder(daemon: Daemon) -> Path:
+    """The files tool's folder (plugin.files.dir is unset): where the agent's files are."""
+    folder = daemon.paths.plugin_data("files")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+async def test_a_file_sent_to_the_web_channel_is_served_with_its_type_and_name(daemon: Daemon) -> None:
+    tmp_path = files_folder(daemon)
     (tmp_path / "chart.png").write_bytes(PNG)
     (tmp_path / "q3 report.bin").write_bytes(PDF)  # the name lies about the type; the bytes say PDF
     (tmp_path / "page.html").write_text("<html><script>alert(1)</script></html>")
@@ -68,8 +76,31 @@ async def test_a_file_sent_to_the_web_channel_is_served_with_its_type_and_name(d
         await web.server.close()
 
 
-async def test_unknown_evicted_and_bad_payloads(daemon: Daemon, tmp_path: Path) -> None:
+async def test_only_files_the_file_tools_reach_can_be_sent(daemon: Daemon, tmp_path: Path) -> None:
+    """The model cannot show the owner's other files, nor the daemon's own, through the chat."""
+    folder = files_folder(daemon)
+    (folder / "escape.db").symlink_to(daemon.paths.config_db)
+    (tmp_path / "elsewhere.png").write_bytes(PNG)
+    workspace = daemon.paths.plugin_data("cmd")
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "plot.png").write_bytes(PNG)
+    web = await start_web(daemon)
+    try:
+        before = len(sent_files(daemon))
+        for payload in ["/etc/passwd", str(daemon.paths.config_db), str(folder / "escape.db"),
+                        str(folder / ".." / ".." / "config.db"), str(tmp_path / "elsewhere.png")]:
+            result = await send(daemon, payload, "file")
+            assert result["isError"] and "outside the folders the agent may send files from" in result["content"], result
+        assert len(sent_files(daemon)) == before
+        sent = await send(daemon, str(workspace / "plot.png"), "image")  # the cmd workspace is one of them
+        assert sent["status"] == "sent"
+    finally:
+        await web.server.close()
+
+
+async def test_unknown_evicted_and_bad_payloads(daemon: Daemon) -> None:
     assert daemon.media is not None
+    tmp_path = files_folder(daemon)
     stored = (await daemon.media.aput_bytes(PNG, description="the striped flag")).info
     web = await start_web(daemon)
     try:
@@ -98,5 +129,27 @@ async def test_unknown_evicted_and_bad_payloads(daemon: Daemon, tmp_path: Path) 
             assert body["marker"] == f"[image/png {stored.short}] the striped flag"
         result = await send(daemon, stored.digest, "image")  # an evicted item cannot be sent again
         assert result["isError"] and "evicted" in result["content"]
+    finally:
+        await web.server.close()
+
+
+async def test_only_files_the_file_tools_reach_can_be_sent(daemon: Daemon, tmp_path: Path) -> None:
+    """The model cannot show the owner's other files, nor the daemon's own, through the chat."""
+    folder = files_folder(daemon)
+    (folder / "escape.db").symlink_to(daemon.paths.config_db)
+    (tmp_path / "elsewhere.png").write_bytes(PNG)
+    workspace = daemon.paths.plugin_data("cmd")
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "plot.png").write_bytes(PNG)
+    web = await start_web(daemon)
+    try:
+        before = len(sent_files(daemon))
+        for payload in ["/etc/passwd", str(daemon.paths.config_db), str(folder / "escape.db"),
+                        str(folder / ".." / ".." / "config.db"), str(tmp_path / "elsewhere.png")]:
+            result = await send(daemon, payload, "file")
+            assert result["isError"] and "outside the folders the agent may send files from" in result["content"], result
+        assert len(sent_files(daemon)) == before
+        sent = await send(daemon, str(workspace / "plot.png"), "image")  # the cmd workspace is one of them
+        assert sent["status"] == "sent"
     finally:
         await web.server.close()

@@ -60,6 +60,10 @@ class DataPaths:
     def knowledge(self) -> Path:
         return self.root / "knowledge"
 
+    def plugin_data(self, plugin: str) -> Path:
+        """Where plugin ``plugin`` keeps its own files (not its code)."""
+        return self.root / "plugin_data" / plugin
+
     def resolve(self, configured: str, default: Path) -> Path:
         """A path setting as the daemon uses it: empty -> ``default``; relative -> under the data directory.
 

@@ -446,6 +446,8 @@ class TurnRunner:
             messages.append({"role": "user", "content": prepared.content})
             turn.tool_media_digests.extend(d for d in prepared.digests if d not in turn.tool_media_digests)
             turn.tool_media_lines.append(prepared.text)
+            # the chat shows what the model got: one marker line per item (the web UI links /files/<digest>)
+            await turn.frame({"type": "tool_media", "tool": name, "text": prepared.text})
 
     async def _admit(self, ctx: StageContext, turn: _Turn, call: ToolCall) -> bool:
         """Ask the gate (policy, maybe the owner) before the call runs; a refusal marks it denied."""

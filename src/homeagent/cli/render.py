@@ -107,6 +107,13 @@ class ReplyPrinter:
             self.side.write(f"{side.cyan}⚙ {frame.get('tool')} [{frame.get('status')}] {result}{side.reset}\n")
             self.side.flush()
             self._segment = False
+        elif kind == "tool_media":
+            self._end_reasoning()
+            if self._shared:
+                self._end_content_line()
+            self.side.write(f"{side.cyan}⚙ {frame.get('tool')} handed over: {frame.get('text', '')}{side.reset}\n")
+            self.side.flush()
+            self._segment = False
         elif kind == "error":
             self.note(f"error: {frame.get('message')}", color="red")
         elif kind == "output":

@@ -14,7 +14,7 @@ from typing import Any
 
 from homeagent.cli.client import Client
 
-TURN_FRAMES = frozenset({"reasoning_delta", "content_delta", "tool_call", "approval_request"})
+TURN_FRAMES = frozenset({"reasoning_delta", "content_delta", "tool_call", "tool_media", "approval_request"})
 """Frames only a running turn sends to its own connection."""
 
 

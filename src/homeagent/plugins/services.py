@@ -29,6 +29,7 @@ from homeagent.config.settings import PluginSettings
 from homeagent.io.origin import current_origin
 from homeagent.llm_control import LLMSources
 from homeagent.memory.media.inputs import MAX_BLOCKS, check_blocks
+from homeagent.paths import DataPaths
 from homeagent.sdk.api import (
     LLMAPI,
     ChannelHandler,
@@ -97,7 +98,7 @@ class PluginServices:
 
     def plugin_data_dir(self, plugin: str) -> Path:
         """Where plugin ``plugin`` keeps its own files (not its code)."""
-        return Path(self.data_dir) / "plugin_data" / plugin
+        return DataPaths(Path(self.data_dir)).plugin_data(plugin)
 
 
 @dataclass

@@ -10,6 +10,7 @@ every answer carries a sandboxing CSP, as uploads do.
 
 from __future__ import annotations
 
+import asyncio
 import mimetypes
 import re
 from pathlib import Path
@@ -137,11 +138,33 @@ class OutgoingFiles:
             path = Path(text)
             if not path.is_absolute():
                 raise ValueError(f"{text!r} is not an absolute file path, a media digest or a data URL")
+            path = await asyncio.to_thread(self._inside_roots, path)
             info = (await store.aput_file(path, source="webui:sent", description=given or path.name)).info
         name = file_name(info, given or (Path(text).name if text.startswith("/") else ""))
         url = f"{FILES_PREFIX}{info.digest}?name={quote(name, safe='')}"  # the download keeps the name it was sent as
         return {"digest": info.digest, "url": url, "mime": info.mime, "size": info.size,
                 "name": name, "description": info.description, "marker": marker(info)}
+
+    def roots(self) -> list[Path]:
+        """The folders the agent's file tools reach: the files folder (``plugin.files.dir``, else the files
+        plugin's data folder), the workspace (``core.agent.workdir``, else the cmd plugin's data folder) and
+        the chat's uploads. A path elsewhere (``/etc/shadow``, the data dir) is not sent: the model gets no
+        way around the confinement its file tools have."""
+        paths = self.ctx.daemon.paths
+        config = self.ctx.config
+        files = paths.resolve(str(config.get("plugin.files.dir") or ""), paths.plugin_data("files"))
+        workspace = paths.resolve(str(config.get("core.agent.workdir") or ""), paths.plugin_data("cmd"))
+        return [files, workspace, self.ctx.uploads_dir]
+
+    def _inside_roots(self, path: Path) -> Path:
+        """``path`` with its links resolved, if it lies in one of :meth:`roots`; blocking (file system)."""
+        real = path.resolve()
+        for root in self.roots():
+            if real.is_relative_to(root.resolve()):
+                return real
+        shown = ", ".join(str(r) for r in self.roots())
+        raise ValueError(f"{path} is outside the folders the agent may send files from ({shown}); "
+                         "put it in one of them first (files_write, cmd_run in the workspace)")
 
     async def serve(self, request: Request) -> Response:
         if self.ctx.media is None:

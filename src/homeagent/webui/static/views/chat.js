@@ -2,6 +2,7 @@
 // file attachments, history from the text log, and proactive messages sent to this page.
 import { ApiError, api, postStream } from "../api.js";
 import { followApprovals } from "../approvals.js";
+import { attachments, fromMarkers, fromUpload } from "../attachments.js";
 import { clear, fmtTime, h, pretty, toast } from "../dom.js";
 import { t } from "../i18n.js";
 import { renderMarkdown } from "../markdown.js";
@@ -26,7 +27,13 @@ function toolCard(frame) {
     h("summary", {}, h("span", { class: "tool-icon" }, "⚙"), " ", h("code", {}, frame.tool || "?"), " ",
       h("span", { class: `badge ${status}` }, status)),
     frame.arguments && Object.keys(frame.arguments).length ? h("pre", { class: "tool-args" }, pretty(frame.arguments)) : null,
-    frame.result ? h("pre", { class: "tool-result" }, readable(frame.result)) : null);
+    frame.result ? h("pre", { class: "tool-result" }, readable(frame.result)) : null,
+    attachments(fromMarkers(frame.result)));
+}
+
+// media a tool handed over (an MCP image): shown where the model got it, after the tool calls
+function toolMedia(frame) {
+  return h("div", { class: "tool-media", dataset: { tool: frame.tool || "" } }, attachments(fromMarkers(frame.text)));
 }
 
 class AssistantMessage {
@@ -66,6 +73,7 @@ class AssistantMessage {
         this.schedule();
         break;
       case "tool_call": this.tools.append(toolCard(frame)); break;
+      case "tool_media": this.tools.append(toolMedia(frame)); break;
       case "error":
         this.notice.hidden = false;
         this.notice.classList.add("error");
@@ -96,10 +104,11 @@ class AssistantMessage {
   }
 }
 
-function userMessage(list, text, { interrupt = false, ts = 0 } = {}) {
+function userMessage(list, text, { interrupt = false, ts = 0, files = [] } = {}) {
   const el = h("div", { class: `msg user${interrupt ? " interrupt" : ""}` },
     h("div", { class: "who" }, interrupt ? `${t("chat.you")} · ${t("chat.interrupt")}` : t("chat.you")),
     h("div", { class: "content plain" }, text),
+    attachments(files),
     ts ? h("div", { class: "meta" }, fmtTime(ts)) : null);
   list.append(el);
   return el;
@@ -145,7 +154,7 @@ export async function mount(root) {
   });
 
   async function uploadNotes() {
-    if (!files.length) return { note: "", media: [] };
+    if (!files.length) return { note: "", media: [], shown: [] };
     const form = new FormData();
     for (const f of files) form.append("file", f, f.name);
     form.append("inject", "false");
@@ -156,7 +165,7 @@ export async function mount(root) {
     attached.textContent = "";
     // files kept in the media store go with the message as media: images reach the model as images
     const media = (res.files || []).filter((f) => f.media).map((f) => f.media.digest);
-    return { note: res.note || "", media };
+    return { note: res.note || "", media, shown: (res.files || []).map(fromUpload) };
   }
 
   async function submit() {
@@ -172,10 +181,12 @@ export async function mount(root) {
     if (!text && !files.length) return;
     let notes = "";
     let media = [];
-    try { ({ note: notes, media } = await uploadNotes()); } catch (err) { toast(String(err.message || err), "error"); return; }
+    let shown = [];
+    const names = files.map((f) => f.name).join(", ");
+    try { ({ note: notes, media, shown } = await uploadNotes()); } catch (err) { toast(String(err.message || err), "error"); return; }
     input.value = "";
     for (const el of list.querySelectorAll(".empty")) el.remove();
-    userMessage(list, text || files.map((f) => f.name).join(", "));
+    userMessage(list, text || names, { files: shown });
     if (notes) text = text ? `${text}\n\n${notes}` : notes;
     const reply = new AssistantMessage(list);
     scroll();
@@ -209,7 +220,7 @@ export async function mount(root) {
     const older = document.createDocumentFragment();
     if (!messages.length && !list.querySelector(".msg")) older.append(h("p", { class: "muted empty" }, t("chat.empty")));
     for (const m of messages) {
-      if (m.role === "user") userMessage(older, m.content, { ts: m.ts });
+      if (m.role === "user") userMessage(older, m.content, { ts: m.ts, files: fromMarkers(m.content) });
       else if (m.role === "assistant") {
         const msg = new AssistantMessage(older);
         for (const tool of m.tools || []) msg.tools.append(h("span", { class: "tag" }, "⚙ ", tool));
@@ -230,7 +241,9 @@ export async function mount(root) {
     const data = JSON.parse(ev.data).data || {};
     if (data.kind !== "channel_output" || data.channel !== "webui") return;
     const msg = new AssistantMessage(list, { extraClass: "proactive" });
-    await msg.finish({ text: data.text || "", ok: true, source: t("chat.proactive") });
+    const file = data.file ? attachments([{ url: data.file.url, mime: data.file.mime, name: data.file.name }]) : null;
+    await msg.finish({ text: file ? "" : data.text || "", ok: true, source: t("chat.proactive") });
+    if (file) msg.content.after(file);
     scroll();
   });
 
