@@ -609,8 +609,8 @@ def make_loader(
             supervisor=supervisor,
             options=options,
             plugins=plugins,
-            events=getattr(services, "events", None),
-            data_dir=services.plugin_data_dir(source.name) if hasattr(services, "plugin_data_dir") else None,
+            events=services.events,
+            data_dir=services.plugin_data_dir(source.name),
         )
         try:
             await plugin.launch()
