@@ -76,28 +76,6 @@ async def test_a_file_sent_to_the_web_channel_is_served_with_its_type_and_name(d
         await web.server.close()
 
 
-async def test_only_files_the_file_tools_reach_can_be_sent(daemon: Daemon, tmp_path: Path) -> None:
-    """The model cannot show the owner's other files, nor the daemon's own, through the chat."""
-    folder = files_folder(daemon)
-    (folder / "escape.db").symlink_to(daemon.paths.config_db)
-    (tmp_path / "elsewhere.png").write_bytes(PNG)
-    workspace = daemon.paths.plugin_data("cmd")
-    workspace.mkdir(parents=True, exist_ok=True)
-    (workspace / "plot.png").write_bytes(PNG)
-    web = await start_web(daemon)
-    try:
-        before = len(sent_files(daemon))
-        for payload in ["/etc/passwd", str(daemon.paths.config_db), str(folder / "escape.db"),
-                        str(folder / ".." / ".." / "config.db"), str(tmp_path / "elsewhere.png")]:
-            result = await send(daemon, payload, "file")
-            assert result["isError"] and "outside the folders the agent may send files from" in result["content"], result
-        assert len(sent_files(daemon)) == before
-        sent = await send(daemon, str(workspace / "plot.png"), "image")  # the cmd workspace is one of them
-        assert sent["status"] == "sent"
-    finally:
-        await web.server.close()
-
-
 async def test_unknown_evicted_and_bad_payloads(daemon: Daemon) -> None:
     assert daemon.media is not None
     tmp_path = files_folder(daemon)
@@ -151,5 +129,27 @@ async def test_only_files_the_file_tools_reach_can_be_sent(daemon: Daemon, tmp_p
         assert len(sent_files(daemon)) == before
         sent = await send(daemon, str(workspace / "plot.png"), "image")  # the cmd workspace is one of them
         assert sent["status"] == "sent"
+    finally:
+        await web.server.close()
+
+
+async def test_a_file_sent_during_a_turn_stays_while_the_turn_is_in_the_window(daemon: Daemon) -> None:
+    """The marker in the tool's result is in the context window: its file is referenced and GC keeps it."""
+    import json
+
+    folder = files_folder(daemon)
+    (folder / "chart.png").write_bytes(PNG)
+    assert daemon.media is not None
+    web = await start_web(daemon)
+    try:
+        args = json.dumps({"payload": str(folder / "chart.png"), "type": "image"})
+        result = await daemon.io.inject_sync("test", "test", f"/tool output_send__webui {args}")
+        assert result.ok, result.error
+        digest = hashlib.sha256(PNG).hexdigest()
+        refs = await daemon.media.arefs_of(digest)
+        assert [r["owner_kind"] for r in refs] == ["context"], refs
+        assert (await daemon.media.agc(0.0)).swept == 0
+        async with web.client() as client:
+            assert (await client.get(f"/files/{digest}")).content == PNG
     finally:
         await web.server.close()

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -45,8 +45,12 @@ from homeagent.memory.documents import DocDraft, DocumentStore
 from homeagent.memory.embedder import Embedder
 from homeagent.memory.journal import ContextJournal, encode_json, journal_path
 from homeagent.memory.lexical import Analyzer
+from homeagent.memory.media.markers import MARKER
 from homeagent.memory.retrieval import HybridIndex
 from homeagent.text import scrub_text
+
+if TYPE_CHECKING:
+    from homeagent.agent.memory_port import TurnRecord
 
 EVENT_KINDS = ("user", "agent", "cold_storage")
 FILE_VERSION = 1
@@ -564,37 +568,35 @@ class ContextTurnMemory:
         await self.context.prune(user_text)
         return self.context.to_messages(group_id=group_id, person=None if group_id else (speaker or None))
 
-    async def record(self, turn: Any) -> None:
-        ts = float(getattr(turn, "ts", 0.0) or time.time())
-        common: dict[str, Any] = {"channel": str(getattr(turn, "channel", "")),
-                                  "source": str(getattr(turn, "source", "")),
-                                  "no_memory": bool(getattr(turn, "no_memory", False))}
-        user_id = getattr(turn, "user_id", "")
-        group_id = getattr(turn, "group_id", "")
-        speaker = str(getattr(turn, "speaker", "") or "")
+    async def record(self, turn: TurnRecord) -> None:
+        ts = turn.ts or time.time()
+        common: dict[str, Any] = {"channel": turn.channel, "source": turn.source, "no_memory": turn.no_memory}
+        speaker = turn.speaker
         # "person": whose private conversation the turn belongs to (to_messages); both events carry it
-        meta = {key: value for key, value in (("user_id", user_id), ("group_id", group_id), ("person", speaker))
-                if value}
-        digests = [str(d) for d in getattr(turn, "media_digests", []) or []]
-        if getattr(turn, "user_text", ""):
+        meta = {key: value for key, value in (("user_id", turn.user_id), ("group_id", turn.group_id),
+                                              ("person", speaker)) if value}
+        digests = list(turn.media_digests)
+        if turn.user_text:
             said = {**meta, "speaker": speaker} if speaker else dict(meta)  # who said it, when it sinks into L2
             event = ContextEvent(kind="user", input=turn.user_text, ts=ts, meta=said, **common)
             if digests and self.media is not None:
                 event.meta["media"] = digests
                 await self._reference(event.id, digests)
             self.context.append(event)
-        outputs = [
-            {"tool": o.tool, "text": o.text, "no_memory": getattr(o, "memory_text", "") is None}
-            for o in getattr(turn, "tool_outputs", []) or []
-        ]
-        tool_digests = [str(d) for d in getattr(turn, "tool_media_digests", []) or []]
-        if getattr(turn, "reply", "") or outputs or tool_digests:
-            agent = ContextEvent(kind="agent", response=getattr(turn, "reply", ""), tool_outputs=outputs,
+        outputs = [{"tool": o.tool, "text": o.text, "no_memory": o.memory_text is None} for o in turn.tool_outputs]
+        tool_digests = list(turn.tool_media_digests)
+        if turn.reply or outputs or tool_digests:
+            agent = ContextEvent(kind="agent", response=turn.reply, tool_outputs=outputs,
                                  ts=ts + 0.001, meta=dict(meta), **common)
             if tool_digests and self.media is not None:  # a tool's images live as long as the turn's input would
                 agent.meta["media"] = tool_digests
-                agent.meta["media_text"] = str(getattr(turn, "tool_media_text", ""))
+                agent.meta["media_text"] = turn.tool_media_text
                 await self._reference(agent.id, tool_digests)
+            if self.media is not None:
+                # a marker in a tool's output (a file sent to the web chat, a document recalled with its image)
+                # is in the window now: its media stay while it does, one by one (a stale marker only logs)
+                for short in dict.fromkeys(m.group(2) for o in turn.tool_outputs for m in MARKER.finditer(o.text)):
+                    await self._reference(agent.id, [short])
             self.context.append(agent)
         await self.context.durable()  # on disk before the turn ends: the next turn never starts on unsaved memory
 

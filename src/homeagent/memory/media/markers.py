@@ -10,12 +10,16 @@ while the store still has them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Protocol
 
 from homeagent.memory.media.store import MediaInfo
 
-__all__ = ["MediaRefs", "marker", "parse_digests", "with_markers"]
+__all__ = ["MARKER", "MediaRefs", "marker", "parse_digests", "with_markers"]
+
+MARKER = re.compile(r"\[([a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*) ([0-9a-f]{12})\](?: ([^\n]*))?")
+"""A marker in text: groups mime, short digest, description (what the media repair and the window's refs read)."""
 
 
 class MediaRefs(Protocol):

@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from homeagent.memory.media.markers import MARKER
 from homeagent.memory.media.store import MediaStore
 
 __all__ = ["MARKER", "DocumentMarkers", "Marked", "RepairReport", "SentenceMarkers", "WindowMarkers", "repair"]
 
-MARKER = re.compile(r"\[([a-z0-9][a-z0-9.+-]*/[a-z0-9][a-z0-9.+-]*) ([0-9a-f]{12})\](?: ([^\n]*))?")
 """A marker as ``markers.marker`` writes it: type, short digest, the description to the end of the line."""
 
 
