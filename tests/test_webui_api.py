@@ -319,7 +319,7 @@ async def test_upload_saves_under_a_random_name_and_can_be_downloaded(web: Web) 
         info = response.json()["files"][0]
         assert info["name"] == "evil name.html"
         assert re.fullmatch(r"[0-9a-f]{24}\.bin", info["saved_as"])
-        saved = web.daemon.paths.root / "uploads" / info["saved_as"]
+        saved = web.daemon.paths.plugin_data("files") / "uploads" / info["saved_as"]  # where files_read reaches
         assert saved.read_bytes() == b"<script>x</script>"
         assert response.json()["note"].startswith("[file uploaded in the web UI: evil name.html")
         download = await c.get(info["url"])
@@ -340,11 +340,16 @@ async def test_upload_saves_under_a_random_name_and_can_be_downloaded(web: Web) 
         history = (await c.get("/api/v1/chat/history?limit=2")).json()["messages"]
         asked = history[0]["content"]
         assert asked.startswith("look at this") and "notes.txt (5 B)" in asked and "saved at" in asked
+        # the model reads it with the file tools, by the path the note gives
+        stored = re.search(r"files_read path: (uploads/[0-9a-f]{24}\.txt)\]", asked)
+        assert stored is not None, asked
+        read = await c.post("/api/v1/chat", json={"text": "/tool files_read " + json.dumps({"path": stored.group(1)})})
+        assert read.status_code == 200 and "hello" in read.text, read.text
 
 
 async def test_oversized_and_malformed_uploads_are_refused(web: Web) -> None:
     web.daemon.config.set("plugin.webui.max_upload_mb", 1)
-    uploads = web.daemon.paths.root / "uploads"
+    uploads = web.daemon.paths.plugin_data("files") / "uploads"
     async with web.client() as c:
         big = await c.post("/api/v1/chat/file", files={"file": ("big.bin", b"\0" * (3 * 1024 * 1024))})
         assert big.status_code == 413 and "too large" in big.json()["error"]

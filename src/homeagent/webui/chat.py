@@ -363,7 +363,7 @@ class ChatAPI:
         return ok({"files": saved, "result": result.to_dict()})
 
     async def _save(self, upload: UploadFile) -> dict[str, Any]:
-        directory = self.ctx.uploads_dir
+        directory = self.ctx.chat_uploads()
         await asyncio.to_thread(directory.mkdir, mode=0o700, parents=True, exist_ok=True)
         original = clean_name(upload.filename or "file")
         name = stored_name(original)
@@ -372,7 +372,8 @@ class ChatAPI:
         content_type = (upload.content_type or "application/octet-stream").split(";")[0].strip()[:100]
         # what the model reads, in English whatever the UI's language; a file kept in the media store also goes
         # with the message as media (its marker line and, for an image, the image itself: agent/media_input.py)
-        note = f"[file uploaded in the web UI: {original} ({_human(size)}), saved at {dest}]"
+        note = (f"[file uploaded in the web UI: {original} ({_human(size)}), saved at {dest}; "
+                f"files_read path: uploads/{name}]")
         log.info("upload saved: %s (%d bytes)", name, size)
         media = await self._keep_media(dest, content_type, original)
         return {
@@ -406,9 +407,11 @@ class ChatAPI:
         name = str(request.path_params.get("name", ""))
         if not UPLOAD_NAME.match(name):
             raise ApiError(404, "no such upload")
-        path = self.ctx.uploads_dir / name
+        path = self.ctx.chat_uploads() / name
         if not await asyncio.to_thread(path.is_file):
-            raise ApiError(404, "no such upload")
+            path = self.ctx.uploads_dir / name  # uploaded before chat uploads moved into the files folder
+            if not await asyncio.to_thread(path.is_file):
+                raise ApiError(404, "no such upload")
         guessed = mimetypes.guess_type(name)[0] or ""
         media = guessed if guessed in INLINE_TYPES else "application/octet-stream"
         return FileResponse(

@@ -107,6 +107,21 @@ class WebContext:
         """The media store, when core.memory.media.enabled (and it opened)."""
         return self.daemon.media
 
+    def files_root(self) -> Path:
+        """The folder the file tools reach: ``plugin.files.dir``, else the files plugin's data folder."""
+        paths = self.daemon.paths
+        return paths.resolve(str(self.config.get("plugin.files.dir") or ""), paths.plugin_data("files"))
+
+    def workspace(self) -> Path:
+        """Where commands run: ``core.agent.workdir``, else the cmd plugin's data folder."""
+        paths = self.daemon.paths
+        return paths.resolve(str(self.config.get("core.agent.workdir") or ""), paths.plugin_data("cmd"))
+
+    def chat_uploads(self) -> Path:
+        """Where chat uploads go: inside the files folder, so the model reads one with ``files_read uploads/NAME``
+        (``uploads_dir``, in the data dir the file tools never reach, only stages plugin packages)."""
+        return self.files_root() / "uploads"
+
     def spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         """A task the server owns (cancelled on close)."""
         task = asyncio.ensure_future(coro)

@@ -146,15 +146,10 @@ class OutgoingFiles:
                 "name": name, "description": info.description, "marker": marker(info)}
 
     def roots(self) -> list[Path]:
-        """The folders the agent's file tools reach: the files folder (``plugin.files.dir``, else the files
-        plugin's data folder), the workspace (``core.agent.workdir``, else the cmd plugin's data folder) and
-        the chat's uploads. A path elsewhere (``/etc/shadow``, the data dir) is not sent: the model gets no
-        way around the confinement its file tools have."""
-        paths = self.ctx.daemon.paths
-        config = self.ctx.config
-        files = paths.resolve(str(config.get("plugin.files.dir") or ""), paths.plugin_data("files"))
-        workspace = paths.resolve(str(config.get("core.agent.workdir") or ""), paths.plugin_data("cmd"))
-        return [files, workspace, self.ctx.uploads_dir]
+        """The folders the agent's file tools reach: the files folder (with the chat's uploads) and the
+        workspace. A path elsewhere (``/etc/shadow``, the data dir) is not sent: the model gets no way around
+        the confinement its file tools have."""
+        return [self.ctx.files_root(), self.ctx.workspace()]
 
     def _inside_roots(self, path: Path) -> Path:
         """``path`` with its links resolved, if it lies in one of :meth:`roots`; blocking (file system)."""
