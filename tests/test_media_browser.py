@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import struct
 import zlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from homeagent.daemon import Daemon
-from tests.fakes.webui_fixtures import start_web
+from tests.fakes.webui_fixtures import Web, start_web
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -18,9 +20,34 @@ if not CHROMIUM.exists():
         "browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
     )
 
-from playwright.async_api import async_playwright  # noqa: E402
+from playwright.async_api import Locator, Page, async_playwright  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("webui-browser")
+
+
+@contextlib.asynccontextmanager
+async def signed_in_page(web: Web) -> AsyncIterator[tuple[Page, list[str]]]:
+    """A headless chromium page signed in to ``web``, with the page errors it collects."""
+    async with async_playwright() as p:
+        args = ["--headless", "--no-sandbox", "--disable-gpu"]
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 800})
+            await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
+            assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
+            page = await context.new_page()
+            page.set_default_timeout(15_000)
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            yield page, errors
+        finally:
+            await browser.close()
+
+
+async def shown_at_width(page: Page, img: Locator, width: int) -> None:
+    """Wait until the image has loaded with the expected width (a broken or wrong image never gets there)."""
+    await img.wait_for()
+    await page.wait_for_function(f"img => img.complete && img.naturalWidth === {width}", arg=await img.element_handle())
 
 
 def png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
@@ -40,32 +67,19 @@ async def test_media_tab_shows_thumbnails_states_and_references(daemon: Daemon) 
     assert (await daemon.media.agc(0.0)).swept == 1
     web = await start_web(daemon)
     try:
-        async with async_playwright() as p:
-            browser = await p.chromium.launch(
-                executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
-            )
-            try:
-                context = await browser.new_context(viewport={"width": 1280, "height": 800})
-                await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
-                assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
-                page = await context.new_page()
-                page.set_default_timeout(15_000)
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(web.url + "#/memory/media")
-                card = page.locator(f".media-card[data-digest='{kept.digest}']")
-                await card.locator("img.media-thumb").wait_for()
-                assert await card.locator("img.media-thumb").evaluate("img => img.naturalWidth") == 120
-                await card.locator("button").click()
-                await card.locator(".media-refs li").wait_for()
-                assert await card.locator(".media-refs").inner_text() == "document doc-7"
-                evicted = page.locator(f".media-card[data-digest='{gone.digest}']")
-                assert await evicted.locator("img").count() == 0
-                text = await evicted.inner_text()
-                assert "red square" in text and "bytes evicted; the description is kept" in text
-                assert not errors
-            finally:
-                await browser.close()
+        async with signed_in_page(web) as (page, errors):
+            await page.goto(web.url + "#/memory/media")
+            card = page.locator(f".media-card[data-digest='{kept.digest}']")
+            await card.locator("img.media-thumb").wait_for()
+            assert await card.locator("img.media-thumb").evaluate("img => img.naturalWidth") == 120
+            await card.locator("button").click()
+            await card.locator(".media-refs li").wait_for()
+            assert await card.locator(".media-refs").inner_text() == "document doc-7"
+            evicted = page.locator(f".media-card[data-digest='{gone.digest}']")
+            assert await evicted.locator("img").count() == 0
+            text = await evicted.inner_text()
+            assert "red square" in text and "bytes evicted; the description is kept" in text
+            assert not errors
     finally:
         await web.server.close()
 
@@ -83,27 +97,14 @@ async def test_an_image_attached_in_the_chat_reaches_the_model_as_an_image(daemo
         eyes.script(Turn.text("a green rectangle"))
         web = await start_web(daemon)
         try:
-            async with async_playwright() as p:
-                browser = await p.chromium.launch(
-                    executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
-                )
-                try:
-                    context = await browser.new_context(viewport={"width": 1280, "height": 800})
-                    await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
-                    assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
-                    page = await context.new_page()
-                    page.set_default_timeout(15_000)
-                    errors: list[str] = []
-                    page.on("pageerror", lambda exc: errors.append(str(exc)))
-                    await page.goto(web.url + "#/chat")
-                    await page.locator("#chat-file").set_input_files(str(tmp_path / "green.png"))
-                    await page.locator("#chat-input").fill("what colour is this?")
-                    await page.locator("#chat-send").click()
-                    reply = page.locator(".msg.assistant .content").last
-                    await reply.filter(has_text="a green rectangle").wait_for()
-                    assert not errors
-                finally:
-                    await browser.close()
+            async with signed_in_page(web) as (page, errors):
+                await page.goto(web.url + "#/chat")
+                await page.locator("#chat-file").set_input_files(str(tmp_path / "green.png"))
+                await page.locator("#chat-input").fill("what colour is this?")
+                await page.locator("#chat-send").click()
+                reply = page.locator(".msg.assistant .content").last
+                await reply.filter(has_text="a green rectangle").wait_for()
+                assert not errors
         finally:
             await web.server.close()
         (request,) = eyes.requests
@@ -128,28 +129,15 @@ async def test_with_the_media_store_off_the_media_tab_says_so_and_the_others_wor
         await daemon.docs.acommit("The garden has tomatoes and basil.", summary="garden")
         web = await start_web(daemon)
         try:
-            async with async_playwright() as p:
-                browser = await p.chromium.launch(
-                    executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
-                )
-                try:
-                    context = await browser.new_context(viewport={"width": 1280, "height": 800})
-                    await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
-                    assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
-                    page = await context.new_page()
-                    page.set_default_timeout(15_000)
-                    errors: list[str] = []
-                    page.on("pageerror", lambda exc: errors.append(str(exc)))
-                    await page.goto(web.url + "#/memory/media")
-                    notice = page.locator("#view p.notice")
-                    await notice.wait_for()
-                    assert "does not have" in await notice.inner_text() and "media" in await notice.inner_text()
-                    assert await page.locator("#view p.error").count() == 0  # a 501 is a notice, not a failure
-                    await page.locator("button[data-tab='documents']").click()
-                    await page.get_by_text("The garden has tomatoes and basil.").wait_for()
-                    assert not errors
-                finally:
-                    await browser.close()
+            async with signed_in_page(web) as (page, errors):
+                await page.goto(web.url + "#/memory/media")
+                notice = page.locator("#view p.notice")
+                await notice.wait_for()
+                assert "does not have" in await notice.inner_text() and "media" in await notice.inner_text()
+                assert await page.locator("#view p.error").count() == 0  # a 501 is a notice, not a failure
+                await page.locator("button[data-tab='documents']").click()
+                await page.get_by_text("The garden has tomatoes and basil.").wait_for()
+                assert not errors
         finally:
             await web.server.close()
     finally:
@@ -177,46 +165,33 @@ async def test_images_show_in_the_bubbles_live_and_after_a_reload(daemon: Daemon
     (folder / "chart.png").write_bytes(chart)
     web = await start_web(daemon)
     try:
-        async with async_playwright() as p:
-            browser = await p.chromium.launch(
-                executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
-            )
-            try:
-                context = await browser.new_context(viewport={"width": 1280, "height": 800})
-                await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
-                assert (await context.request.post(web.url + "api/v1/login", data={"token": web.token})).ok
-                page = await context.new_page()
-                page.set_default_timeout(15_000)
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(web.url + "#/chat")
-                await page.locator("#chat-file").set_input_files(str(tmp_path / "green.png"))
-                await page.locator("#chat-input").fill("here is a picture")
-                await page.locator("#chat-send").click()
-                mine = page.locator(".msg.user").last.locator(".attachment.image img")
-                await mine.wait_for()
-                await page.wait_for_function("img => img.complete && img.naturalWidth === 40", arg=await mine.element_handle())
+        async with signed_in_page(web) as (page, errors):
+            await page.goto(web.url + "#/chat")
+            await page.locator("#chat-file").set_input_files(str(tmp_path / "green.png"))
+            await page.locator("#chat-input").fill("here is a picture")
+            await page.locator("#chat-send").click()
+            mine = page.locator(".msg.user").last.locator(".attachment.image img")
+            await mine.wait_for()
+            await shown_at_width(page, mine, 40)
 
-                await page.locator("#chat-input").fill("/tool webtest_screenshot {}")
-                await page.locator("#chat-send").click()
-                handed = page.locator(".msg.assistant").last.locator(".tool-media[data-tool='webtest_screenshot'] img")
-                await handed.wait_for()
-                await page.wait_for_function("img => img.complete && img.naturalWidth === 64", arg=await handed.element_handle())
-                assert await handed.get_attribute("alt") == "the login screen"
+            await page.locator("#chat-input").fill("/tool webtest_screenshot {}")
+            await page.locator("#chat-send").click()
+            handed = page.locator(".msg.assistant").last.locator(".tool-media[data-tool='webtest_screenshot'] img")
+            await handed.wait_for()
+            await shown_at_width(page, handed, 64)
+            assert await handed.get_attribute("alt") == "the login screen"
 
-                sent = await daemon.channels.send("webui", str(folder / "chart.png"), {}, "image")
-                assert sent["status"] == "sent", sent
-                proactive = page.locator(".msg.proactive .attachment.image img").last
-                await proactive.wait_for()
-                await page.wait_for_function("img => img.complete && img.naturalWidth === 50", arg=await proactive.element_handle())
+            sent = await daemon.channels.send("webui", str(folder / "chart.png"), {}, "image")
+            assert sent["status"] == "sent", sent
+            proactive = page.locator(".msg.proactive .attachment.image img").last
+            await proactive.wait_for()
+            await shown_at_width(page, proactive, 50)
 
-                # after a reload the user's upload is shown again, from the marker the text log kept
-                await page.reload()
-                again = page.locator(".msg.user .attachment.image img").first
-                await again.wait_for()
-                await page.wait_for_function("img => img.complete && img.naturalWidth === 40", arg=await again.element_handle())
-                assert not errors
-            finally:
-                await browser.close()
+            # after a reload the user's upload is shown again, from the marker the text log kept
+            await page.reload()
+            again = page.locator(".msg.user .attachment.image img").first
+            await again.wait_for()
+            await shown_at_width(page, again, 40)
+            assert not errors
     finally:
         await web.server.close()

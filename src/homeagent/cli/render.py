@@ -75,6 +75,16 @@ class ReplyPrinter:
         self.side.write(f"{getattr(s, color)}{text}{s.reset}\n")
         self.side.flush()
 
+    def _tool_line(self, text: str) -> None:
+        """A tool's line on the side stream, between the reasoning and the reply's next segment."""
+        self._end_reasoning()
+        if self._shared:
+            self._end_content_line()
+        side = self.side_style
+        self.side.write(f"{side.cyan}{text}{side.reset}\n")
+        self.side.flush()
+        self._segment = False
+
     def feed(self, frame: dict[str, Any]) -> bool:
         kind = frame.get("type")
         s, side = self.style, self.side_style
@@ -101,19 +111,9 @@ class ReplyPrinter:
         elif kind == "tool_call":
             result = str(frame.get("result", ""))
             result = result if len(result) <= 160 else result[:160] + "…"
-            self._end_reasoning()
-            if self._shared:
-                self._end_content_line()
-            self.side.write(f"{side.cyan}⚙ {frame.get('tool')} [{frame.get('status')}] {result}{side.reset}\n")
-            self.side.flush()
-            self._segment = False
+            self._tool_line(f"⚙ {frame.get('tool')} [{frame.get('status')}] {result}")
         elif kind == "tool_media":
-            self._end_reasoning()
-            if self._shared:
-                self._end_content_line()
-            self.side.write(f"{side.cyan}⚙ {frame.get('tool')} handed over: {frame.get('text', '')}{side.reset}\n")
-            self.side.flush()
-            self._segment = False
+            self._tool_line(f"⚙ {frame.get('tool')} handed over: {frame.get('text', '')}")
         elif kind == "error":
             self.note(f"error: {frame.get('message')}", color="red")
         elif kind == "output":
