@@ -201,3 +201,16 @@ async def test_an_upload_too_large_is_refused_in_chinese(web: Web) -> None:
         assert broken.status_code == 400
         assert broken.json()["error"] == "无法安装：broken.hmap 不是 zip 压缩包（.hmap 插件包是 zip 文件）"
     assert not any(p.name.startswith("broken") for p in web.daemon.paths.plugins.iterdir())
+
+
+async def test_the_mcp_pages_server_problems_follow_the_language(web: Web) -> None:
+    """An imported block the mcp plugin cannot use: the MCP page lists why, in the page's language."""
+    async with web.client() as en, web.client(headers=ZH) as zh:
+        block = '{"mcpServers": {"both": {"command": "x", "url": "http://127.0.0.1:9/mcp"}}}'
+        saved = await en.put("/api/v1/settings", json={"plugin.mcp.servers": block})
+        assert saved.status_code == 200, saved.text
+        assert (await en.post("/api/v1/plugins/mcp/reload")).status_code == 200
+        english = (await en.get("/api/v1/plugins/mcp")).json()["health"]["problems"]
+        assert english == ["server 'both': give exactly one of command (stdio) or url (HTTP)"]
+        chinese = (await zh.get("/api/v1/plugins/mcp")).json()["health"]["problems"]
+        assert chinese == ["服务器 'both'：command（stdio）和 url（HTTP）必须且只能给出一个"]
