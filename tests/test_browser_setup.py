@@ -302,3 +302,18 @@ async def test_language_follows_the_browser_then_the_choice(setup: Setup) -> Non
         assert not page.errors  # type: ignore[attr-defined]
     finally:
         await context.close()
+
+
+async def test_a_bad_setting_is_refused_in_chinese(setup: Setup) -> None:
+    context, page = await setup.page(lang="zh")
+    try:
+        await page.goto(setup.web.url + "#/settings")
+        await page.locator("[data-key='core.agent.max_tool_turns'].setting-input").fill("1000")
+        await page.click("#settings-save")
+        row = page.locator(".setting[data-key='core.agent.max_tool_turns']")
+        await expect(row.locator(".field-error")).to_have_text("1000 高于最大值 100")
+        await expect(page.locator("#settings-status")).to_contain_text("无效")
+        assert setup.web.daemon.config.get("core.agent.max_tool_turns") != 1000
+        assert not page.errors  # type: ignore[attr-defined]
+    finally:
+        await context.close()

@@ -21,6 +21,7 @@ import httpx
 
 from homeagent.config import ConfigRegistry, coerce
 from homeagent.config.defaults import SOURCE_FIELDS, SOURCE_PREFIX
+from homeagent.msg import Msg, message_of
 from homeagent.paths import DataPaths
 from homeagent.providers.adapter_loader import AdapterLoader
 from homeagent.providers.base import ChatRequest, Provider, ProviderError
@@ -112,7 +113,7 @@ class LLMControl:
         provider = self.manager.get(name)
         if provider is None:
             known = ", ".join(s["name"] for s in self.sources()["sources"])
-            raise ValueError(f"unknown LLM source {name!r} (known: {known})")
+            raise ValueError(Msg("unknown LLM source {name!r} (known: {known})", name=name, known=known))
         return await self._ping(name, provider)
 
     # ------------------------------------------------------------ sources from the UI
@@ -124,9 +125,9 @@ class LLMControl:
     def _spec(self, params: dict[str, Any], *, existing: bool) -> tuple[str, dict[str, Any]]:
         name = str(params.get("name", "")).strip()
         if not SOURCE_NAME.match(name):
-            raise ValueError("a source name is 1-40 letters, digits, '-' or '_', starting with a letter or digit")
+            raise ValueError(Msg("a source name is 1-40 letters, digits, '-' or '_', starting with a letter or digit"))
         if name in RESERVED_NAMES:
-            raise ValueError(f"the source name {name!r} is reserved; pick another")
+            raise ValueError(Msg("the source name {name!r} is reserved; pick another", name=name))
         spec: dict[str, Any] = {}
         for field in EDITABLE_FIELDS:
             value = params.get(field)
@@ -135,10 +136,11 @@ class LLMControl:
             spec[field] = value.strip() if isinstance(value, str) else value
         base_url = str(spec.get("base_url") or "")
         if base_url and not re.match(r"^https?://[^\s/]+", base_url):
-            raise ValueError(f"base_url {base_url[:80]!r} must start with http:// or https:// and name a host")
+            raise ValueError(Msg("base_url {url!r} must start with http:// or https:// and name a host", url=base_url[:80]))
         adapter = str(spec.get("adapter") or "")
         if adapter and not self.adapters.exists(adapter):
-            raise ValueError(f"adapter {adapter!r} not found (available: {', '.join(self.adapters.names())})")
+            raise ValueError(Msg("adapter {adapter!r} not found (available: {names})", adapter=adapter,
+                                 names=", ".join(self.adapters.names())))
         if existing:
             stored = self.config.source(name)
             for field in EDITABLE_FIELDS:
@@ -170,9 +172,9 @@ class LLMControl:
             if preset.model:
                 spec.setdefault("model", preset.model)
         if not spec.get("base_url") and is_new:
-            raise ValueError("base_url is required")
+            raise ValueError(Msg("base_url is required"))
         if not spec.get("model") and is_new:
-            raise ValueError("model is required")
+            raise ValueError(Msg("model is required"))
         writes: dict[str, Any] = {}
         for field, value in spec.items():
             key = f"{SOURCE_PREFIX}{name}.{field}"
@@ -180,7 +182,7 @@ class LLMControl:
             try:
                 writes[key] = coerce(d, value) if d is not None else value
             except ValueError as exc:
-                raise ValueError(f"{field}: {exc}") from None
+                raise ValueError(Msg("{field}: {problem}", field=field, problem=message_of(exc))) from None
         if is_new:
             others = [s for s in self.manager.list_sources() if not s.fallback and s.name != name]
             writes[f"{SOURCE_PREFIX}{name}.priority"] = min((s.priority for s in others), default=1) - 1
@@ -193,7 +195,8 @@ class LLMControl:
     def remove_source(self, params: dict[str, Any]) -> dict[str, Any]:
         name = str(params.get("name", "")).strip()
         if name not in self.config.sources():
-            raise ValueError(f"no configured LLM source named {name!r} (sources from the environment are removed there)")
+            raise ValueError(Msg("no configured LLM source named {name!r} (sources from the environment are removed there)",
+                                 name=name))
         for field in SOURCE_FIELDS:
             self.config.delete(f"{SOURCE_PREFIX}{name}.{field}")
         if self.config.get("core.llm.provider") == name:
@@ -211,10 +214,10 @@ class LLMControl:
         """
         names = params.get("names")
         if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-            raise ValueError("send {\"names\": [source, ...]} in the order to try them")
+            raise ValueError(Msg('send {{"names": [source, ...]}} in the order to try them'))
         current = [s.name for s in self.manager.list_sources() if not s.fallback]
         if sorted(names) != sorted(current):
-            raise ValueError(f"the order must name every source once: {', '.join(current)}")
+            raise ValueError(Msg("the order must name every source once: {names}", names=", ".join(current)))
         configured = set(self.config.sources())
         fixed = [i for i, n in enumerate(names) if n not in configured]
         anchor = fixed[0] if fixed else len(names)

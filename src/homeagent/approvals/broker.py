@@ -47,6 +47,7 @@ from homeagent.approvals.policy import (
     suggest_pattern,
 )
 from homeagent.approvals.store import ApprovalStore
+from homeagent.msg import Msg
 from homeagent.sdk.types import StageContext, ToolCall
 
 log = logging.getLogger("homeagent.approvals")
@@ -240,11 +241,11 @@ class ApprovalBroker:
                      pattern: str = "") -> dict[str, Any]:
         """Decide a pending request. ``always`` also stores a rule (tool + pattern) so matching calls run."""
         if not isinstance(by, OwnerPath):
-            raise ApprovalError("approvals are answered only through the local socket or the web UI")
+            raise ApprovalError(Msg("approvals are answered only through the local socket or the web UI"))
         request = self._pending.get(str(request_id).strip())
         if request is None or request.future.done():
-            raise ApprovalError(f"no pending approval request {request_id!r} (answered, timed out or withdrawn); "
-                                "see `homeagent approvals list`")
+            raise ApprovalError(Msg("no pending approval request {id!r} (answered, timed out or withdrawn); "
+                                    "see `homeagent approvals list`", id=request_id))
         rule: Rule | None = None
         if allow and always and request.tool not in OWNER_ACTIONS:  # those are approved one call at a time
             rule = await self.add_rule(request.tool, pattern.strip() or request.pattern, by=by)
@@ -260,10 +261,10 @@ class ApprovalBroker:
 
     async def add_rule(self, tool: str, match: str, *, by: OwnerPath) -> Rule:
         if not tool.strip() or not match.strip():
-            raise ApprovalError("a rule needs a tool and a pattern")
+            raise ApprovalError(Msg("a rule needs a tool and a pattern"))
         if tool.strip() in OWNER_ACTIONS:
-            raise ApprovalError(f"{', '.join(sorted(OWNER_ACTIONS))} are approved one call at a time; an always "
-                                "rule cannot cover them")
+            raise ApprovalError(Msg("{tools} are approved one call at a time; an always rule cannot cover them",
+                                    tools=", ".join(sorted(OWNER_ACTIONS))))
         rule = await asyncio.to_thread(self.store.add_rule, tool.strip(), match.strip(), by=by.value)
         self.policy.invalidate()
         return rule

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from homeagent.approvals.broker import ApprovalBroker, ApprovalError, OwnerPath
+from homeagent.msg import Msg
 
 RPCMethod = Callable[[dict[str, Any]], Awaitable[Any]]
 
@@ -18,16 +19,16 @@ def parse_answer(params: dict[str, Any]) -> tuple[str, bool, bool, str]:
     """(id, allow, always, pattern) from an answer's parameters; ApprovalError when they do not fit."""
     request_id = params.get("id")
     if not isinstance(request_id, str) or not request_id.strip():
-        raise ApprovalError("'id' must be the request's id (see `homeagent approvals list`)")
+        raise ApprovalError(Msg("'id' must be the request's id (see `homeagent approvals list`)"))
     decision = str(params.get("decision", "")).strip().lower()
     if decision not in ("allow", "deny"):
-        raise ApprovalError("'decision' must be 'allow' or 'deny'")
+        raise ApprovalError(Msg("'decision' must be 'allow' or 'deny'"))
     always = params.get("always", False)
     pattern = params.get("pattern") or ""
     if not isinstance(always, bool) or not isinstance(pattern, str):
-        raise ApprovalError("'always' must be true or false and 'pattern' a string")
+        raise ApprovalError(Msg("'always' must be true or false and 'pattern' a string"))
     if always and decision != "allow":
-        raise ApprovalError("'always' goes with 'allow' only")
+        raise ApprovalError(Msg("'always' goes with 'allow' only"))
     return request_id.strip(), decision == "allow", always, pattern
 
 
@@ -53,9 +54,9 @@ def socket_methods(broker: ApprovalBroker) -> dict[str, RPCMethod]:
         try:
             rule_id = int(params.get("id"))  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise ApprovalError("'id' must be a rule number (see `homeagent approvals rules`)") from None
+            raise ApprovalError(Msg("'id' must be a rule number (see `homeagent approvals rules`)")) from None
         if not await broker.remove_rule(rule_id):
-            raise ApprovalError(f"no always rule #{rule_id}")
+            raise ApprovalError(Msg("no always rule #{rule}", rule=rule_id))
         return {"removed": rule_id}
 
     async def decisions(params: dict[str, Any]) -> Any:

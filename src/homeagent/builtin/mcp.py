@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from homeagent.config.values import parse_duration
+from homeagent.msg import Msg
 from homeagent.sdk.api import PluginSDK
 from homeagent.sdk.types import ConfigDef, MediaBlock, ToolDef
 
@@ -74,31 +75,32 @@ def parse_servers(raw: Any) -> tuple[list[ServerSpec], list[str]]:
         try:
             raw = json.loads(raw)
         except ValueError as e:
-            return [], [f"servers is not JSON: {e}"]
+            return [], [Msg("servers is not JSON: {reason}", reason=str(e))]
     if isinstance(raw, Mapping):
         raw = from_claude_desktop(raw)
     if not isinstance(raw, list):
-        return [], ['servers must be a JSON list of {name, command, args, env, url} or {"mcpServers": {...}}']
+        return [], [Msg('servers must be a JSON list of {{name, command, args, env, url}} or {{"mcpServers": {{...}}}}')]
     out: list[ServerSpec] = []
     seen: set[str] = set()
     for i, item in enumerate(raw):
         if not isinstance(item, dict):
-            problems.append(f"servers[{i}] is not an object")
+            problems.append(Msg("servers[{i}] is not an object", i=i))
             continue
         name = str(item.get("name") or "").strip()
         if not _NAME.fullmatch(name) or len(name) > 40:
-            problems.append(f"servers[{i}]: name {name!r} must be 1-40 characters of a-z, 0-9, '_' or '-'")
+            problems.append(Msg("servers[{i}]: name {name!r} must be 1-40 characters of a-z, 0-9, '_' or '-'", i=i,
+                                name=name))
             continue
         if name in seen:
-            problems.append(f"servers[{i}]: duplicate name {name!r}")
+            problems.append(Msg("servers[{i}]: duplicate name {name!r}", i=i, name=name))
             continue
         command, url = str(item.get("command") or "").strip(), str(item.get("url") or "").strip()
         if bool(command) == bool(url):
-            problems.append(f"server {name!r}: give exactly one of command (stdio) or url (HTTP)")
+            problems.append(Msg("server {name!r}: give exactly one of command (stdio) or url (HTTP)", name=name))
             continue
         args, env = item.get("args") or [], item.get("env") or {}
         if not isinstance(args, list) or not isinstance(env, dict):
-            problems.append(f"server {name!r}: args must be a list and env an object")
+            problems.append(Msg("server {name!r}: args must be a list and env an object", name=name))
             continue
         seen.add(name)
         out.append(ServerSpec(name, command, [str(a) for a in args], {str(k): str(v) for k, v in env.items()}, url))

@@ -49,6 +49,7 @@ from homeagent.config.values import (
     parse_float,
     parse_int,
 )
+from homeagent.msg import Msg, message_of
 from homeagent.sdk.types import ConfigDef
 from homeagent.sqlite_tx import immediate
 
@@ -280,7 +281,7 @@ class ConfigRegistry:
             rest = key[len(PLUGIN_PREFIX):]
             name, dot, sub = rest.partition(".")
             if not name or not dot or not sub:
-                raise ConfigError(key, "a plugin setting is written plugin.<plugin name>.<key>")
+                raise ConfigError(key, Msg("a plugin setting is written plugin.<plugin name>.<key>"))
             return name, sub
         return None, key
 
@@ -291,7 +292,7 @@ class ConfigRegistry:
     @staticmethod
     def _check_key(key: str) -> None:
         if not isinstance(key, str) or not key.strip():
-            raise ConfigError(str(key), "a setting needs a non-empty name")
+            raise ConfigError(str(key), Msg("a setting needs a non-empty name"))
 
     def _lookup_def(self, plugin: str | None, key: str) -> ConfigDef | None:
         if plugin is not None:
@@ -318,13 +319,17 @@ class ConfigRegistry:
         if key.startswith(SOURCE_PREFIX):
             source, _, field = key[len(SOURCE_PREFIX):].partition(".")
             if not source or not field or "." in field:
-                return ConfigError(key, "an LLM source setting is written core.llm.sources.<name>.<field>")
+                return ConfigError(key, Msg("an LLM source setting is written core.llm.sources.<name>.<field>"))
             close = difflib.get_close_matches(field, list(SOURCE_FIELDS), n=1)
-            hint = f'; did you mean "{SOURCE_PREFIX}{source}.{close[0]}"?' if close else ""
-            return ConfigError(key, f"unknown LLM source field {field!r} (known: {', '.join(SOURCE_FIELDS)}){hint}")
+            known = ", ".join(SOURCE_FIELDS)
+            if close:
+                return ConfigError(key, Msg('unknown LLM source field {field!r} (known: {known}); did you mean "{close}"?',
+                                            field=field, known=known, close=f"{SOURCE_PREFIX}{source}.{close[0]}"))
+            return ConfigError(key, Msg("unknown LLM source field {field!r} (known: {known})", field=field, known=known))
         close = difflib.get_close_matches(key, self._all_keys(), n=1, cutoff=0.6) if len(key) <= MAX_KEY else []
-        hint = f'; did you mean "{close[0]}"?' if close else "; `homeagent config list` shows every setting"
-        return ConfigError(_short(key), f"unknown setting{hint}")
+        if close:
+            return ConfigError(_short(key), Msg('unknown setting; did you mean "{close}"?', close=close[0]))
+        return ConfigError(_short(key), Msg("unknown setting; `homeagent config list` shows every setting"))
 
     # ------------------------------------------------------------ definitions
 
@@ -459,21 +464,21 @@ class ConfigRegistry:
         try:
             return parse_int(value)
         except ValueError as e:
-            raise ConfigError(key, str(e)) from None
+            raise ConfigError(key, message_of(e)) from None
 
     def get_float(self, key: str, default: float | None = None) -> float:
         value = self._required(key, default)
         try:
             return parse_float(value)
         except ValueError as e:
-            raise ConfigError(key, str(e)) from None
+            raise ConfigError(key, message_of(e)) from None
 
     def get_bool(self, key: str, default: bool | None = None) -> bool:
         value = self._required(key, default)
         try:
             return parse_bool(value)
         except ValueError as e:
-            raise ConfigError(key, str(e)) from None
+            raise ConfigError(key, message_of(e)) from None
 
     def get_str(self, key: str, default: str | None = None) -> str:
         value = self.get(key, default)
@@ -495,7 +500,7 @@ class ConfigRegistry:
         try:
             return parse_duration(str(value))
         except ValueError as e:
-            raise ConfigError(key, str(e)) from None
+            raise ConfigError(key, message_of(e)) from None
 
     def list(self, prefix: str = "", mask_secrets: bool = False) -> dict[str, Any]:
         """Stored values (typed) of every key, qualified, that starts with ``prefix``, sorted."""
@@ -553,12 +558,12 @@ class ConfigRegistry:
             try:
                 check_plain(value)
             except ValueError as e:
-                raise ConfigError(qkey, str(e)) from None
+                raise ConfigError(qkey, message_of(e)) from None
             return value
         try:
             return coerce(d, value)
         except ValueError as e:
-            raise ConfigError(qkey, str(e)) from None
+            raise ConfigError(qkey, message_of(e)) from None
 
     def _set(self, plugin: str | None, key: str, value: Any) -> Any:
         qkey = self.qualify(plugin, key)
@@ -573,7 +578,7 @@ class ConfigRegistry:
             try:
                 self.db.execute(f'INSERT OR REPLACE INTO "{table}" (key, value) VALUES (?, ?)', (key, encode(value)))
             except sqlite3.Error as e:
-                raise ConfigError(qkey, f"cannot write to {self.path}: {e}") from e
+                raise ConfigError(qkey, Msg("cannot write to {path}: {reason}", path=self.path, reason=e)) from e
             self._values(plugin)[key] = value
             self._warned.discard(qkey)
         if isinstance(value, dict | list):  # structured values carry secrets of their own (an MCP server's env)
@@ -597,7 +602,7 @@ class ConfigRegistry:
             try:
                 cur = self.db.execute(f'DELETE FROM "{table}" WHERE key = ?', (sub,))
             except sqlite3.Error as e:
-                raise ConfigError(key, f"cannot write to {self.path}: {e}") from e
+                raise ConfigError(key, Msg("cannot write to {path}: {reason}", path=self.path, reason=e)) from e
             existed = values.pop(sub, _MISSING) is not _MISSING or cur.rowcount > 0
         if existed:
             log.debug("config delete %s", key)
@@ -609,7 +614,7 @@ class ConfigRegistry:
     @staticmethod
     def _check_plugin(plugin: str) -> None:
         if not isinstance(plugin, str) or not plugin or "." in plugin:
-            raise ConfigError(f"{PLUGIN_PREFIX}{plugin}", "a plugin name must be non-empty and contain no '.'")
+            raise ConfigError(f"{PLUGIN_PREFIX}{plugin}", Msg("a plugin name must be non-empty and contain no '.'"))
 
     def _table(self, plugin: str | None, create: bool) -> str:
         if plugin is None:

@@ -15,6 +15,7 @@ import math
 import re
 from typing import Any
 
+from homeagent.msg import Msg
 from homeagent.sdk.types import ConfigDef
 
 
@@ -24,7 +25,8 @@ class ConfigError(Exception):
     def __init__(self, key: str, message: str) -> None:
         self.key = key
         self.message = message
-        super().__init__(f"{key}: {message}" if key else message)
+        # a Msg: str(exc) is the English "key: message"; the web UI translates the message part
+        super().__init__(Msg("{key}: {message}", key=key, message=message) if key else message)
 
 
 # Canonical names for the type spellings ConfigDef accepts.
@@ -72,7 +74,7 @@ _DURATION_UNITS: dict[str, float] = {
     "d": 86400.0,
 }
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h|d)")
-DURATION_HINT = "use a number with a unit, e.g. 250ms, 30s, 10m, 1h30m, 2d"
+DURATION_HINT = Msg("use a number with a unit, e.g. 250ms, 30s, 10m, 1h30m, 2d")
 MAX_DURATION_SECONDS = 100 * 365 * 86400.0
 """Longest duration anything accepts (100 years): past it, date arithmetic and timers overflow."""
 
@@ -87,9 +89,9 @@ def parse_duration(text: str) -> float:
     if s in ("0", "0.0"):
         return 0.0
     if not s:
-        raise ValueError(f"an empty value is not a duration; {DURATION_HINT}")
+        raise ValueError(Msg("an empty value is not a duration; {hint}", hint=DURATION_HINT))
     if s.startswith("-"):
-        raise ValueError(f"{text.strip()!r} is negative; a duration here must be zero or more")
+        raise ValueError(Msg("{text!r} is negative; a duration here must be zero or more", text=text.strip()))
     s = s.removeprefix("+")
     pos = 0
     total = 0.0
@@ -101,19 +103,19 @@ def parse_duration(text: str) -> float:
         pos = m.end()
     if pos != len(s) or pos == 0:
         if re.fullmatch(r"\d+(?:\.\d+)?", s):
-            raise ValueError(f"{text.strip()!r} has no unit; did you mean {s}s? ({DURATION_HINT})")
-        raise ValueError(f"{text.strip()!r} is not a duration; {DURATION_HINT}")
+            raise ValueError(Msg("{text!r} has no unit; did you mean {s}s? ({hint})", text=text.strip(), s=s, hint=DURATION_HINT))
+        raise ValueError(Msg("{text!r} is not a duration; {hint}", text=text.strip(), hint=DURATION_HINT))
     if not total <= MAX_DURATION_SECONDS:  # (also infinity, from a 400-digit number)
-        raise ValueError(f"{_show(text.strip())} is longer than the longest duration allowed (100 years)")
+        raise ValueError(Msg("{shown} is longer than the longest duration allowed (100 years)", shown=_show(text.strip())))
     return total
 
 
 def format_duration(seconds: float) -> str:
     """A canonical duration string for a number of seconds (90 -> "1m30s", 0.25 -> "250ms")."""
     if seconds < 0 or math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError(f"{seconds!r} is not a valid number of seconds")
+        raise ValueError(Msg("{seconds!r} is not a valid number of seconds", seconds=seconds))
     if seconds > MAX_DURATION_SECONDS:
-        raise ValueError(f"{seconds:g} seconds is longer than the longest duration allowed (100 years)")
+        raise ValueError(Msg("{seconds:g} seconds is longer than the longest duration allowed (100 years)", seconds=seconds))
     if seconds == 0:
         return "0s"
     if seconds < 1:
@@ -149,13 +151,13 @@ def parse_bool(value: Any) -> bool:
             return True
         if s in _FALSE:
             return False
-    raise ValueError(f"{_show(value)} is not true or false (use true/false, yes/no, on/off or 1/0)")
+    raise ValueError(Msg("{shown} is not true or false (use true/false, yes/no, on/off or 1/0)", shown=_show(value)))
 
 
 def parse_int(value: Any) -> int:
     """An int from an int, a whole float or a string such as "30" or "10_000"."""
     if isinstance(value, bool):
-        raise ValueError(f"{_show(value)} is not a whole number")
+        raise ValueError(Msg("{shown} is not a whole number", shown=_show(value)))
     if isinstance(value, int):
         return value
     if isinstance(value, float) and value.is_integer():
@@ -172,13 +174,13 @@ def parse_int(value: Any) -> int:
             f = math.nan
         if f.is_integer():
             return int(f)
-    raise ValueError(f"{_show(value)} is not a whole number")
+    raise ValueError(Msg("{shown} is not a whole number", shown=_show(value)))
 
 
 def parse_float(value: Any) -> float:
     """A finite float from a number or a numeric string."""
     if isinstance(value, bool):
-        raise ValueError(f"{_show(value)} is not a number")
+        raise ValueError(Msg("{shown} is not a number", shown=_show(value)))
     f: float
     if isinstance(value, int | float):
         f = float(value)
@@ -186,11 +188,11 @@ def parse_float(value: Any) -> float:
         try:
             f = float(value.strip())
         except ValueError:
-            raise ValueError(f"{_show(value)} is not a number") from None
+            raise ValueError(Msg("{shown} is not a number", shown=_show(value))) from None
     else:
-        raise ValueError(f"{_show(value)} is not a number")
+        raise ValueError(Msg("{shown} is not a number", shown=_show(value)))
     if math.isnan(f) or math.isinf(f):
-        raise ValueError(f"{_show(value)} is not a finite number")
+        raise ValueError(Msg("{shown} is not a finite number", shown=_show(value)))
     return f
 
 
@@ -207,12 +209,12 @@ def key_problem(key: str) -> str:
     """Why ``key`` cannot name a new setting ("" when it can): a name is shown, typed and stored, so no
     control characters, spaces, replacement characters (a broken encoding) or empty dot-separated parts."""
     if len(key) > MAX_KEY:
-        return f"a setting's name is at most {MAX_KEY} characters (this one has {len(key)})"
+        return Msg("a setting's name is at most {max} characters (this one has {n})", max=MAX_KEY, n=len(key))
     bad = next((c for c in key if c.isspace() or not c.isprintable() or c == "\ufffd"), None)
     if bad is not None:
-        return f"a setting's name cannot contain {bad!r}"
+        return Msg("a setting's name cannot contain {bad!r}", bad=bad)
     if any(not part for part in key.split(".")):
-        return "a setting's name has no empty parts (no leading, trailing or doubled dots)"
+        return Msg("a setting's name has no empty parts (no leading, trailing or doubled dots)")
     return ""
 
 
@@ -231,42 +233,42 @@ def check_plain(value: Any) -> None:
             continue
         if isinstance(item, int):
             if not INT_MIN <= item <= INT_MAX:
-                raise ValueError(f"{_show(item)} is out of range (a whole number of at most 18 digits)")
+                raise ValueError(Msg("{shown} is out of range (a whole number of at most 18 digits)", shown=_show(item)))
         elif isinstance(item, float):
             if not math.isfinite(item):
-                raise ValueError(f"{item!r} is not a finite number")
+                raise ValueError(Msg("{item!r} is not a finite number", item=item))
         elif isinstance(item, dict):
             if not all(isinstance(k, str) for k in item):
-                raise ValueError("an object's keys must be text")
+                raise ValueError(Msg("an object's keys must be text"))
             stack.extend(item.values())
         elif isinstance(item, list | tuple):
             stack.extend(item)
         else:
-            raise ValueError(f"a {type(item).__name__} cannot be stored as a setting")
+            raise ValueError(Msg("a {kind} cannot be stored as a setting", kind=type(item).__name__))
     try:
         json.dumps(value, allow_nan=False)
     except (TypeError, ValueError, RecursionError):
-        raise ValueError(f"{_show(value)} cannot be stored as JSON") from None
+        raise ValueError(Msg("{shown} cannot be stored as JSON", shown=_show(value))) from None
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows")
+    raise ValueError(Msg("{name} is not a number JSON allows", name=name))
 
 
 def _show(value: Any, secret: bool = False) -> str:
     if secret:
-        return "the value"
+        return Msg("the value")
     try:
         text = repr(value)
     except ValueError:  # an integer past Python's 4,300-digit conversion limit
-        return f"a number of {value.bit_length()} bits" if isinstance(value, int) else "the value"
+        return Msg("a number of {bits} bits", bits=value.bit_length()) if isinstance(value, int) else Msg("the value")
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 # ---------------------------------------------------------------- coercion
 
 
-_EXPECTED = {"string": "text", "int": "a whole number", "float": "a number", "bool": "true or false"}
+_EXPECTED = {"string": Msg("text"), "int": Msg("a whole number"), "float": Msg("a number"), "bool": Msg("true or false")}
 
 
 def coerce(d: ConfigDef, value: Any) -> Any:
@@ -278,15 +280,15 @@ def coerce(d: ConfigDef, value: Any) -> Any:
     secret = d.is_secret
     kind = base_type(d.type)
     if value is None:
-        raise ValueError("a value is required (delete the setting to go back to its default)")
+        raise ValueError(Msg("a value is required (delete the setting to go back to its default)"))
     try:
         result = _coerce_kind(kind, d, value)
     except ValueError:
         if secret:
-            raise ValueError(f"the value is not valid here (expected {_EXPECTED.get(kind, kind)})") from None
+            raise ValueError(Msg("the value is not valid here (expected {expected})", expected=_EXPECTED.get(kind, kind))) from None
         raise
     if d.required and kind in ("string", "select") and result == "":
-        raise ValueError("this setting is required and cannot be empty")
+        raise ValueError(Msg("this setting is required and cannot be empty"))
     _check_range(d, kind, result)
     return result
 
@@ -297,11 +299,11 @@ def _coerce_kind(kind: str, d: ConfigDef, value: Any) -> Any:
             return value
         if isinstance(value, int | float) and not isinstance(value, bool):
             return str(value)
-        raise ValueError(f"{_show(value, d.is_secret)} is not text")
+        raise ValueError(Msg("{shown} is not text", shown=_show(value, d.is_secret)))
     if kind == "int":
         number = parse_int(value)
         if not INT_MIN <= number <= INT_MAX:
-            raise ValueError(f"{_show(value, d.is_secret)} is out of range (a whole number of at most 18 digits)")
+            raise ValueError(Msg("{shown} is out of range (a whole number of at most 18 digits)", shown=_show(value, d.is_secret)))
         return number
     if kind == "float":
         return parse_float(value)
@@ -313,7 +315,7 @@ def _coerce_kind(kind: str, d: ConfigDef, value: Any) -> Any:
             return value.strip().replace(" ", "")
         if isinstance(value, int | float) and not isinstance(value, bool):
             return format_duration(float(value))
-        raise ValueError(f"{_show(value)} is not a duration; {DURATION_HINT}")
+        raise ValueError(Msg("{shown} is not a duration; {hint}", shown=_show(value), hint=DURATION_HINT))
     if kind == "select":
         return _coerce_select(d, value)
     if kind == "json":
@@ -321,11 +323,12 @@ def _coerce_kind(kind: str, d: ConfigDef, value: Any) -> Any:
             try:
                 value = json.loads(value, parse_constant=_no_constant)
             except json.JSONDecodeError as e:
-                raise ValueError(f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+                raise ValueError(Msg("is not valid JSON ({reason} at line {line} column {column})", reason=e.msg, line=e.lineno,
+                                     column=e.colno)) from None
         try:
             json.dumps(value, allow_nan=False)  # NaN and infinities are not JSON: no reader could load them back
         except (TypeError, ValueError, RecursionError):
-            raise ValueError(f"{_show(value)} cannot be stored as JSON (finite numbers only)") from None
+            raise ValueError(Msg("{shown} cannot be stored as JSON (finite numbers only)", shown=_show(value))) from None
         return value
     raise ValueError(f"unknown setting type {d.type!r}")  # pragma: no cover - base_type rejects first
 
@@ -335,7 +338,7 @@ def _coerce_select(d: ConfigDef, value: Any) -> str:
         if isinstance(value, int | float) and not isinstance(value, bool):
             value = str(value)
         else:
-            raise ValueError(f"{_show(value)} is not one of {', '.join(d.options)}")
+            raise ValueError(Msg("{shown} is not one of {options}", shown=_show(value), options=", ".join(d.options)))
     s = value.strip()
     if not d.options or s in d.options:
         return s
@@ -344,7 +347,7 @@ def _coerce_select(d: ConfigDef, value: Any) -> str:
             return opt
     if s == "" and not d.required:
         return s
-    raise ValueError(f"{s!r} is not one of {', '.join(d.options)}")
+    raise ValueError(Msg("{value!r} is not one of {options}", value=s, options=", ".join(d.options)))
 
 
 def _check_range(d: ConfigDef, kind: str, value: Any) -> None:
@@ -352,17 +355,20 @@ def _check_range(d: ConfigDef, kind: str, value: Any) -> None:
         return
     if kind in ("int", "float"):
         n = float(value)
-        unit = ""
     elif kind == "duration":
         n = parse_duration(value)
-        unit = " seconds"
     else:
         return
-    shown = "the value" if d.is_secret else value if kind != "duration" else f"{value} ({n:g}s)"
+    seconds = kind == "duration"
+    shown = Msg("the value") if d.is_secret else value if not seconds else f"{value} ({n:g}s)"
     if d.min is not None and n < d.min:
-        raise ValueError(f"{shown} is below the minimum of {d.min:g}{unit}")
+        if seconds:
+            raise ValueError(Msg("{shown} is below the minimum of {min:g} seconds", shown=shown, min=d.min))
+        raise ValueError(Msg("{shown} is below the minimum of {min:g}", shown=shown, min=d.min))
     if d.max is not None and n > d.max:
-        raise ValueError(f"{shown} is above the maximum of {d.max:g}{unit}")
+        if seconds:
+            raise ValueError(Msg("{shown} is above the maximum of {max:g} seconds", shown=shown, max=d.max))
+        raise ValueError(Msg("{shown} is above the maximum of {max:g}", shown=shown, max=d.max))
 
 
 def coerce_lenient(d: ConfigDef, value: Any) -> Any:

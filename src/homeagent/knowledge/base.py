@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from homeagent.memory.embedder import Embedder
+from homeagent.msg import Msg
 from homeagent.npyfile import NpzFile
 
 log = logging.getLogger("homeagent.knowledge")
@@ -64,16 +65,17 @@ class KnowledgeError(ValueError):
 def validate_name(name: Any) -> str:
     """A note name that is safe as one folder name under the knowledge root."""
     if not isinstance(name, str):
-        raise KnowledgeError("a knowledge name must be a string")
+        raise KnowledgeError(Msg("a knowledge name must be a string"))
     name = unicodedata.normalize("NFC", name).strip()
     if not name:
-        raise KnowledgeError("a knowledge name cannot be empty")
+        raise KnowledgeError(Msg("a knowledge name cannot be empty"))
     if len(name) > MAX_NAME_CHARS:
-        raise KnowledgeError(f"a knowledge name is at most {MAX_NAME_CHARS} characters")
+        raise KnowledgeError(Msg("a knowledge name is at most {max} characters", max=MAX_NAME_CHARS))
     if _BAD_NAME_CHARS.search(name):
-        raise KnowledgeError(f"{name[:40]!r}: a knowledge name cannot contain path separators or control characters")
+        raise KnowledgeError(Msg("{name!r}: a knowledge name cannot contain path separators or control characters",
+                                 name=name[:40]))
     if ".." in name or name.startswith("."):
-        raise KnowledgeError(f"{name[:40]!r}: a knowledge name cannot contain '..' or start with '.'")
+        raise KnowledgeError(Msg("{name!r}: a knowledge name cannot contain '..' or start with '.'", name=name[:40]))
     return name
 
 
@@ -188,7 +190,7 @@ class KnowledgeBase:
     def _dir(self, name: str) -> Path:
         path = self.root / validate_name(name)
         if path.resolve().parent != self.root.resolve():
-            raise KnowledgeError(f"{name[:40]!r} does not name a folder directly under the knowledge base")
+            raise KnowledgeError(Msg("{name!r} does not name a folder directly under the knowledge base", name=name[:40]))
         return path
 
     def _list_sync(self) -> list[KnowledgeInfo]:
@@ -230,15 +232,16 @@ class KnowledgeBase:
 
     def _add_sync(self, name: str, content: str, overwrite: bool) -> tuple[KnowledgeInfo, bool]:
         if not isinstance(content, str) or not content.strip():
-            raise KnowledgeError("knowledge content cannot be empty")
+            raise KnowledgeError(Msg("knowledge content cannot be empty"))
         data = content.encode("utf-8")
         if len(data) > MAX_CONTENT_BYTES:
-            raise KnowledgeError(f"knowledge content is {len(data)} bytes; the limit is {MAX_CONTENT_BYTES}")
+            raise KnowledgeError(Msg("knowledge content is {size} bytes; the limit is {limit}", size=len(data),
+                                     limit=MAX_CONTENT_BYTES))
         folder = self._dir(name)
         target = folder / CONTENT_FILE
         existed = target.exists()
         if existed and not overwrite:
-            raise KnowledgeError(f"a knowledge entry named {name!r} already exists")
+            raise KnowledgeError(Msg("a knowledge entry named {name!r} already exists", name=name))
         self.root.mkdir(parents=True, exist_ok=True)
         folder.mkdir(exist_ok=True)
         tmp = folder / f".{CONTENT_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
@@ -258,7 +261,7 @@ class KnowledgeBase:
     def _delete_sync(self, name: str) -> bool:
         folder = self._dir(name)
         if folder.is_symlink():
-            raise KnowledgeError(f"{name!r} is a symbolic link; remove it by hand")
+            raise KnowledgeError(Msg("{name!r} is a symbolic link; remove it by hand", name=name))
         if not (folder / CONTENT_FILE).exists():
             return False
         shutil.rmtree(folder)

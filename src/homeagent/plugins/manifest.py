@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from homeagent.childenv import DAEMON_PREFIX, ENV_NAME
+from homeagent.msg import Joined, Msg, message_of
 
 __all__ = [
     "KNOWN_PLATFORMS",
@@ -53,7 +54,7 @@ class ManifestError(ValueError):
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source
         self.problems = problems
-        super().__init__(f"{source}: " + "; ".join(problems))
+        super().__init__(Msg("{source}: {problems}", source=source, problems=Joined("; ", problems)))
 
 
 def current_platform() -> str:
@@ -74,7 +75,7 @@ def version_tuple(version: str) -> tuple[int, ...]:
             break
         parts.append(int(m.group()))
     if not parts:
-        raise ValueError(f"{version!r} is not a version number like 1.2.3")
+        raise ValueError(Msg("{version!r} is not a version number like 1.2.3", version=version))
     return tuple(parts)
 
 
@@ -120,17 +121,17 @@ class Manifest:
     def from_dict(cls, data: Any, *, source: str = MANIFEST_NAME) -> Manifest:
         """Check ``data`` (parsed JSON); ManifestError lists every problem found."""
         if not isinstance(data, dict):
-            raise ManifestError(source, [f"must be a JSON object, got {_type(data)}"])
+            raise ManifestError(source, [Msg("must be a JSON object, got {kind}", kind=_type(data))])
         problems: list[str] = []
         values: dict[str, Any] = {}
         for key in _REQUIRED:
             value = data.get(key)
             if key not in data or value is None:
-                problems.append(f"field {key!r} is missing")
+                problems.append(Msg("field {key!r} is missing", key=key))
             elif not isinstance(value, str):
-                problems.append(f"field {key!r} must be a string, got {_type(value)}")
+                problems.append(Msg("field {key!r} must be a string, got {kind}", key=key, kind=_type(value)))
             elif not value.strip():
-                problems.append(f"field {key!r} must not be empty")
+                problems.append(Msg("field {key!r} must not be empty", key=key))
             else:
                 values[key] = value.strip()
         for key in _STRINGS:
@@ -138,7 +139,7 @@ class Manifest:
             if value is None:
                 continue
             if not isinstance(value, str):
-                problems.append(f"field {key!r} must be a string, got {_type(value)}")
+                problems.append(Msg("field {key!r} must be a string, got {kind}", key=key, kind=_type(value)))
             else:
                 values[key] = value.strip()
         for key in _LISTS:
@@ -146,43 +147,45 @@ class Manifest:
             if value is None:
                 continue
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                problems.append(f"field {key!r} must be a list of strings, got {_type(value)}")
+                problems.append(Msg("field {key!r} must be a list of strings, got {kind}", key=key, kind=_type(value)))
             else:
                 values[key] = tuple(v.strip() for v in value if v.strip())
         deprecated = data.get("deprecated", False)
         if not isinstance(deprecated, bool):
-            problems.append(f"field 'deprecated' must be true or false, got {_type(deprecated)}")
+            problems.append(Msg("field 'deprecated' must be true or false, got {kind}", kind=_type(deprecated)))
         else:
             values["deprecated"] = deprecated
 
         name = values.get("name")
         if name is not None and not NAME_RE.match(name):
-            problems.append(
-                f"name {name!r} must be 1-64 characters of letters, digits, '_' or '-', starting with a letter or digit"
-            )
+            problems.append(Msg(
+                "name {name!r} must be 1-64 characters of letters, digits, '_' or '-', starting with a letter or digit",
+                name=name,
+            ))
         version = values.get("version")
         if version is not None:
             try:
                 version_tuple(version)
             except ValueError as e:
-                problems.append(f"version: {e}")
+                problems.append(Msg("version: {problem}", problem=message_of(e)))
         min_version = values.get("min_version")
         if min_version:
             try:
                 version_tuple(min_version)
             except ValueError as e:
-                problems.append(f"min_version: {e}")
+                problems.append(Msg("min_version: {problem}", problem=message_of(e)))
         entry = values.get("entry")
         if entry is not None:
             problems.extend(_entry_problems(entry))
         for var in values.get("env", ()):
             if not ENV_NAME.match(var):
-                problems.append(f"env: {var!r} is not an environment variable name (letters, digits, '_')")
+                problems.append(Msg("env: {var!r} is not an environment variable name (letters, digits, '_')", var=var))
             elif var.startswith(DAEMON_PREFIX):
-                problems.append(f"env: {var!r} is the daemon's own setting and is never passed to plugins")
+                problems.append(Msg("env: {var!r} is the daemon's own setting and is never passed to plugins", var=var))
         for platform in values.get("platforms", ()):
             if platform not in KNOWN_PLATFORMS:
-                problems.append(f"platforms: unknown platform {platform!r} (known: {', '.join(KNOWN_PLATFORMS)})")
+                problems.append(Msg("platforms: unknown platform {platform!r} (known: {known})", platform=platform,
+                                    known=", ".join(KNOWN_PLATFORMS)))
         if problems:
             raise ManifestError(source, problems)
         known = set(_REQUIRED) | set(_STRINGS) | set(_LISTS) | {"deprecated"}
@@ -192,13 +195,14 @@ class Manifest:
     @classmethod
     def parse(cls, text: str | bytes, *, source: str = MANIFEST_NAME) -> Manifest:
         if len(text) > MAX_MANIFEST_BYTES:
-            raise ManifestError(source, [f"is larger than {MAX_MANIFEST_BYTES // 1024} KB"])
+            raise ManifestError(source, [Msg("is larger than {kb} KB", kb=MAX_MANIFEST_BYTES // 1024)])
         try:
             data = json.loads(text)
         except UnicodeDecodeError:
-            raise ManifestError(source, ["is not UTF-8 text"]) from None
+            raise ManifestError(source, [Msg("is not UTF-8 text")]) from None
         except json.JSONDecodeError as e:
-            raise ManifestError(source, [f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"]) from None
+            raise ManifestError(source, [Msg("is not valid JSON ({reason} at line {line} column {column})", reason=e.msg,
+                                              line=e.lineno, column=e.colno)]) from None
         return cls.from_dict(data, source=source)
 
     @classmethod
@@ -207,7 +211,7 @@ class Manifest:
         try:
             raw = path.read_bytes()
         except OSError as e:
-            raise ManifestError(str(path), [f"cannot be read ({e.strerror or e})"]) from None
+            raise ManifestError(str(path), [Msg("cannot be read ({reason})", reason=e.strerror or e)]) from None
         return cls.parse(raw, source=str(path))
 
     def to_dict(self) -> dict[str, Any]:
@@ -236,17 +240,15 @@ class Manifest:
 
     def compatibility_problems(self, host_version: str) -> list[str]:
         """Why this plugin cannot run here (platform, host version); empty when it can."""
-        problems = []
+        problems: list[str] = []
         if self.platforms and current_platform() not in self.platforms:
-            problems.append(
-                f"plugin {self.name!r} supports {', '.join(self.platforms)}, not this machine ({current_platform()})"
-            )
+            problems.append(Msg("plugin {name!r} supports {platforms}, not this machine ({here})", name=self.name,
+                                platforms=", ".join(self.platforms), here=current_platform()))
         if self.min_version:
             try:
                 if version_tuple(host_version) < version_tuple(self.min_version):
-                    problems.append(
-                        f"plugin {self.name!r} needs HomeAgent {self.min_version} or newer (this is {host_version})"
-                    )
+                    problems.append(Msg("plugin {name!r} needs HomeAgent {version} or newer (this is {host})",
+                                        name=self.name, version=self.min_version, host=host_version))
             except ValueError:
                 pass
         return problems
@@ -254,9 +256,9 @@ class Manifest:
 
 def _entry_problems(entry: str) -> list[str]:
     if entry.startswith("/") or entry.startswith("\\") or re.match(r"^[A-Za-z]:", entry):
-        return [f"entry {entry!r} must be a path inside the plugin folder, not an absolute path"]
+        return [Msg("entry {entry!r} must be a path inside the plugin folder, not an absolute path", entry=entry)]
     if any(part == ".." for part in re.split(r"[/\\]", entry)):
-        return [f"entry {entry!r} must not contain '..'"]
+        return [Msg("entry {entry!r} must not contain '..'", entry=entry)]
     return []
 
 

@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from homeagent import __version__
+from homeagent.msg import Joined, Msg, message_of
 from homeagent.plugins.manifest import MANIFEST_NAME, Manifest, ManifestError
 
 if TYPE_CHECKING:
@@ -105,15 +106,15 @@ def _is_symlink(info: zipfile.ZipInfo) -> bool:
 
 def _name_problem(name: str) -> str | None:
     if "\x00" in name:
-        return "contains a NUL byte"
+        return Msg("contains a NUL byte")
     if "\\" in name:
-        return "contains a backslash"
+        return Msg("contains a backslash")
     if name.startswith("/"):
-        return "is an absolute path"
+        return Msg("is an absolute path")
     if len(name) >= 2 and name[1] == ":":
-        return "starts with a drive letter"
+        return Msg("starts with a drive letter")
     if any(part == ".." for part in name.split("/")):
-        return "contains '..'"
+        return Msg("contains '..'")
     return None
 
 
@@ -132,11 +133,12 @@ def inspect_package(path: Path, *, host_version: str = __version__) -> PackageIn
     try:
         size = path.stat().st_size
     except OSError as e:
-        raise PackageError(f"cannot read package {path}: {e.strerror or e}") from None
+        raise PackageError(Msg("cannot read package {path}: {reason}", path=path, reason=e.strerror or e)) from None
     if size > MAX_PACKAGE_BYTES:
-        raise PackageError(f"package {path.name} is {size / 1e6:.1f} MB; the limit is {MAX_PACKAGE_BYTES // 2**20} MB")
+        raise PackageError(Msg("package {name} is {mb:.1f} MB; the limit is {limit} MB", name=path.name, mb=size / 1e6,
+                               limit=MAX_PACKAGE_BYTES // 2**20))
     if not zipfile.is_zipfile(path):
-        raise PackageError(f"{path.name} is not a zip archive (a .hmap package is a zip file)")
+        raise PackageError(Msg("{name} is not a zip archive (a .hmap package is a zip file)", name=path.name))
     try:
         with zipfile.ZipFile(path) as zf:
             infos = zf.infolist()
@@ -144,50 +146,48 @@ def inspect_package(path: Path, *, host_version: str = __version__) -> PackageIn
             skill_only = MANIFEST_NAME not in files
             raw = zf.read(prefix + (_skill_entry(files) if skill_only else MANIFEST_NAME))
     except zipfile.BadZipFile as e:
-        raise PackageError(f"{path.name} is a damaged zip archive: {e}") from None
+        raise PackageError(Msg("{name} is a damaged zip archive: {reason}", name=path.name, reason=str(e))) from None
     if skill_only:
         manifest = _skill_manifest(raw, prefix.rstrip("/") or path.stem, _skill_entry(files))
     else:
         try:
             manifest = Manifest.parse(raw, source=f"{path.name}:{MANIFEST_NAME}")
         except ManifestError as e:
-            raise PackageError(str(e)) from None
+            raise PackageError(message_of(e)) from None
     problems = manifest.compatibility_problems(host_version)
     if problems:
-        raise PackageError("; ".join(problems))
+        raise PackageError(Joined("; ", problems))
     if not entry_present(frozenset(files), manifest):
-        raise PackageError(f"{path.name}: entry {manifest.entry!r} named in plugin.json is not in the package")
+        raise PackageError(Msg("{name}: entry {entry!r} named in plugin.json is not in the package", name=path.name,
+                               entry=manifest.entry))
     return PackageInfo(path, manifest, sha256_file(path), size, total, tuple(files), prefix)
 
 
 def _check_entries(infos: list[zipfile.ZipInfo]) -> tuple[str, list[str], int]:
     if len(infos) > MAX_ENTRIES:
-        raise PackageError(f"package has {len(infos)} entries; the limit is {MAX_ENTRIES}")
+        raise PackageError(Msg("package has {n} entries; the limit is {limit}", n=len(infos), limit=MAX_ENTRIES))
     seen: set[str] = set()
     total = 0
     for info in infos:
         name = info.filename
         problem = _name_problem(name)
         if problem:
-            raise PackageError(f"unsafe entry {name!r}: it {problem}")
+            raise PackageError(Msg("unsafe entry {name!r}: it {problem}", name=name, problem=problem))
         if _is_symlink(info):
-            raise PackageError(f"unsafe entry {name!r}: symbolic links are not allowed in a package")
+            raise PackageError(Msg("unsafe entry {name!r}: symbolic links are not allowed in a package", name=name))
         if info.flag_bits & 0x1:
-            raise PackageError(f"entry {name!r} is encrypted; packages must not be encrypted")
+            raise PackageError(Msg("entry {name!r} is encrypted; packages must not be encrypted", name=name))
         normal = str(PurePosixPath(name)) + ("/" if name.endswith("/") else "")
         if normal in seen:
-            raise PackageError(f"entry {name!r} appears twice in the package")
+            raise PackageError(Msg("entry {name!r} appears twice in the package", name=name))
         seen.add(normal)
         total += info.file_size
         if total > MAX_UNCOMPRESSED_BYTES:
-            raise PackageError(
-                f"package would unpack to more than {MAX_UNCOMPRESSED_BYTES // 2**20} MB (possible zip bomb)"
-            )
+            raise PackageError(Msg("package would unpack to more than {limit} MB (possible zip bomb)",
+                                   limit=MAX_UNCOMPRESSED_BYTES // 2**20))
         if info.file_size > RATIO_FLOOR and info.file_size > MAX_RATIO * max(info.compress_size, 1):
-            raise PackageError(
-                f"entry {name!r} expands {info.file_size // max(info.compress_size, 1)}x "
-                f"(limit {MAX_RATIO}x; possible zip bomb)"
-            )
+            raise PackageError(Msg("entry {name!r} expands {ratio}x (limit {limit}x; possible zip bomb)", name=name,
+                                   ratio=info.file_size // max(info.compress_size, 1), limit=MAX_RATIO))
     files = [i.filename for i in infos if not i.is_dir()]
 
     def marks_root(names: list[str]) -> bool:
@@ -199,7 +199,7 @@ def _check_entries(infos: list[zipfile.ZipInfo]) -> tuple[str, list[str], int]:
         tops = {f.split("/", 1)[0] for f in files}
         top = next(iter(tops)) + "/" if len(tops) == 1 else ""
         if not top or not marks_root([f[len(top):] for f in files]):
-            raise PackageError("package has no plugin.json (nor a SKILL.md) at its top level")
+            raise PackageError(Msg("package has no plugin.json (nor a SKILL.md) at its top level"))
         prefix = top
     return prefix, [f[len(prefix) :] for f in files if f.startswith(prefix)], total
 
@@ -224,7 +224,8 @@ def packable(src: Path) -> Manifest:
         return Manifest.load(src / MANIFEST_NAME)
     entries = [p.name for p in src.iterdir() if p.is_file() and p.name.lower() == "skill.md"]
     if not entries:
-        raise PackageError(f"{src} has no {MANIFEST_NAME} and no SKILL.md: it is not a plugin folder")
+        raise PackageError(Msg("{src} has no {manifest} and no SKILL.md: it is not a plugin folder", src=src,
+                               manifest=MANIFEST_NAME))
     entry = sorted(entries)[0]
     return _skill_manifest((src / entry).read_bytes(), src.name, entry)
 
@@ -238,7 +239,8 @@ def extract_package(info: PackageInfo, plugins_dir: Path, *, upgrade: bool = Fal
     name = info.manifest.name
     target = plugins_dir / name
     if target.exists() and not upgrade:
-        raise PackageError(f"plugin {name!r} is already installed at {target}; use --upgrade to replace it")
+        raise PackageError(Msg("plugin {name!r} is already installed at {target}; use --upgrade to replace it", name=name,
+                               target=target))
     plugins_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".install-{name}-", dir=plugins_dir))
     try:
@@ -278,14 +280,14 @@ def _extract_into(info: PackageInfo, dest: Path) -> None:
             rel = member.filename[len(info.prefix) :]
             out = (dest / rel).resolve()
             if not out.is_relative_to(root):  # belt and braces after _check_entries
-                raise PackageError(f"unsafe entry {member.filename!r}: it leaves the plugin folder")
+                raise PackageError(Msg("unsafe entry {name!r}: it leaves the plugin folder", name=member.filename))
             out.parent.mkdir(parents=True, exist_ok=True)
             mode = (member.external_attr >> 16) & 0o777
             with zf.open(member) as src, open(out, "wb") as dst:
                 while block := src.read(1 << 16):
                     written += len(block)
                     if written > MAX_UNCOMPRESSED_BYTES:
-                        raise PackageError("package unpacks to more than its declared size (possible zip bomb)")
+                        raise PackageError(Msg("package unpacks to more than its declared size (possible zip bomb)"))
                     dst.write(block)
             os.chmod(out, 0o755 if mode & 0o111 else 0o644)
 
@@ -297,7 +299,7 @@ async def download_package(
     import httpx  # only installs from a URL need it
 
     if not url.startswith(("http://", "https://")):
-        raise PackageError(f"cannot download {url!r}: only http:// and https:// URLs are supported")
+        raise PackageError(Msg("cannot download {url!r}: only http:// and https:// URLs are supported", url=url))
     os.makedirs(dest_dir, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=".download-", suffix=PACKAGE_EXT, dir=dest_dir)
     path = Path(name)
@@ -307,21 +309,22 @@ async def download_package(
         with os.fdopen(fd, "wb") as f:
             async with http.stream("GET", url) as response:
                 if response.status_code != 200:
-                    raise PackageError(f"download of {url} failed: HTTP {response.status_code}")
+                    raise PackageError(Msg("download of {url} failed: HTTP {status}", url=url, status=response.status_code))
                 declared = response.headers.get("content-length")
                 if declared and declared.isdigit() and int(declared) > MAX_PACKAGE_BYTES:
-                    raise PackageError(
-                        f"{url} is {int(declared) / 1e6:.1f} MB; the limit is {MAX_PACKAGE_BYTES // 2**20} MB"
-                    )
+                    raise PackageError(Msg("{url} is {mb:.1f} MB; the limit is {limit} MB", url=url,
+                                           mb=int(declared) / 1e6, limit=MAX_PACKAGE_BYTES // 2**20))
                 size = 0
                 async for block in response.aiter_bytes():
                     size += len(block)
                     if size > MAX_PACKAGE_BYTES:
-                        raise PackageError(f"{url} is larger than {MAX_PACKAGE_BYTES // 2**20} MB; download stopped")
+                        raise PackageError(Msg("{url} is larger than {limit} MB; download stopped", url=url,
+                                               limit=MAX_PACKAGE_BYTES // 2**20))
                     f.write(block)
     except httpx.HTTPError as e:
         _unlink(path)
-        raise PackageError(f"download of {url} failed: {type(e).__name__}: {e}") from None
+        raise PackageError(Msg("download of {url} failed: {kind}: {reason}", url=url, kind=type(e).__name__,
+                               reason=str(e))) from None
     except BaseException:
         _unlink(path)
         raise
@@ -340,9 +343,9 @@ def remove_plugin_dir(plugins_dir: Path, name: str) -> Path:
     """Delete an installed plugin's folder; returns the path removed."""
     target = plugins_dir / name
     if not name or "/" in name or "\\" in name or name in (".", ".."):
-        raise PackageError(f"invalid plugin name {name!r}")
+        raise PackageError(Msg("invalid plugin name {name!r}", name=name))
     if not target.is_dir():
-        raise PackageError(f"plugin {name!r} is not installed in {plugins_dir}")
+        raise PackageError(Msg("plugin {name!r} is not installed in {folder}", name=name, folder=plugins_dir))
     trash = Path(tempfile.mkdtemp(prefix=f".remove-{name}-", dir=plugins_dir))
     trash.rmdir()
     os.replace(target, trash)  # atomic: a reload in between sees it either installed or gone
@@ -368,12 +371,12 @@ def pack_plugin(src: Path, out: Path | None = None) -> tuple[Path, Manifest, str
         if any(part in _SKIP_NAMES or part.endswith(".pyc") for part in rel.parts):
             continue
         if path.is_symlink():
-            raise PackageError(f"{rel} is a symbolic link; packages cannot contain links")
+            raise PackageError(Msg("{path} is a symbolic link; packages cannot contain links", path=rel))
         if path.is_file():
             files.append(path)
     names = frozenset(str(p.relative_to(src).as_posix()) for p in files)
     if not entry_present(names, manifest):
-        raise PackageError(f"entry {manifest.entry!r} named in plugin.json is not in {src}")
+        raise PackageError(Msg("entry {entry!r} named in plugin.json is not in {src}", entry=manifest.entry, src=src))
     out = (out or Path.cwd() / f"{manifest.name}-{manifest.version}{PACKAGE_EXT}").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
@@ -387,7 +390,7 @@ def pack_plugin(src: Path, out: Path | None = None) -> tuple[Path, Manifest, str
                 info.external_attr = ((0o755 if os.access(path, os.X_OK) else 0o644) | stat.S_IFREG) << 16
                 zf.writestr(info, path.read_bytes())
         if tmp.stat().st_size > MAX_PACKAGE_BYTES:
-            raise PackageError(f"the package would be larger than {MAX_PACKAGE_BYTES // 2**20} MB")
+            raise PackageError(Msg("the package would be larger than {limit} MB", limit=MAX_PACKAGE_BYTES // 2**20))
         os.replace(tmp, out)
     finally:
         with contextlib.suppress(FileNotFoundError):

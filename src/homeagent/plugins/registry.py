@@ -45,6 +45,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from homeagent.config.settings import PluginSettings
+from homeagent.msg import Msg, message_of
 from homeagent.plugins.discovery import Found, discover, inspect_folder
 from homeagent.plugins.errors import PluginError
 from homeagent.plugins.manifest import NAME_RE, Manifest, ManifestError
@@ -330,8 +331,9 @@ class PluginRegistry:
     def _unknown(self, name: str) -> str:
         known = [*self._records, *shipped_plugins(self.shipped)]
         close = difflib.get_close_matches(name, known, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        return f"no plugin named {name!r}{hint}"
+        if close:
+            return Msg("no plugin named {name!r}; did you mean {close}?", name=name, close=", ".join(close))
+        return Msg("no plugin named {name!r}", name=name)
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -363,7 +365,7 @@ class PluginRegistry:
                 del self._records[name]
             source = await self._source_for(name)
             if source is None:
-                raise PluginError(f"plugin {name!r} is no longer installed")
+                raise PluginError(Msg("plugin {name!r} is no longer installed", name=name))
             await self._load_many([source])
             return self._records[name].to_dict()
 
@@ -384,7 +386,7 @@ class PluginRegistry:
                 try:
                     await asyncio.to_thread(link_shipped, self.plugins_dir, name, self.shipped)
                 except PackageError as e:
-                    raise PluginError(str(e)) from None
+                    raise PluginError(message_of(e)) from None
             if record is not None and record.state in ("running", "ineligible"):
                 return record.to_dict()
             if record is not None:
@@ -427,12 +429,12 @@ class PluginRegistry:
             info = await asyncio.to_thread(inspect_package, path, host_version=self.services.version)
             name = info.manifest.name
             if name in self._factories or name in RESERVED_NAMES:
-                raise PackageError(f"{name!r} is the name of a built-in plugin; choose another name")
+                raise PackageError(Msg("{name!r} is the name of a built-in plugin; choose another name", name=name))
             async with self._lock:
                 target = self.plugins_dir / name
                 existed = target.exists()
                 if existed and not upgrade:
-                    raise PackageError(f"plugin {name!r} is already installed; use --upgrade to replace it")
+                    raise PackageError(Msg("plugin {name!r} is already installed; use --upgrade to replace it", name=name))
                 old = self._records.pop(name, None)
                 if old is not None:
                     await self._unload(old)
@@ -461,14 +463,14 @@ class PluginRegistry:
         async with self._lock:
             record = self._records.get(name)
             if name in self._factories or (record is not None and record.builtin):
-                raise PluginError(f"{name!r} is a built-in plugin and cannot be removed; disable it instead")
+                raise PluginError(Msg("{name!r} is a built-in plugin and cannot be removed; disable it instead", name=name))
             if record is not None:
                 await self._unload(record)
                 del self._records[name]
             try:
                 path = await asyncio.to_thread(remove_plugin_dir, self.plugins_dir, name)
             except PackageError as e:
-                raise PluginError(str(e)) from None
+                raise PluginError(message_of(e)) from None
             if self.services.config.is_disabled(name):
                 self.services.config.enable_plugin(name)
             return {"status": "removed", "name": name, "path": str(path)}

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from homeagent.msg import Msg
 from homeagent.plugins.manifest import MANIFEST_NAME, Manifest, ManifestError
 from homeagent.plugins.package import PackageError
 
@@ -52,7 +53,8 @@ def link_shipped(plugins_dir: Path, name: str, root: Path | None = BUNDLED_DIR) 
     try:
         os.symlink(source, target, target_is_directory=True)
     except OSError as e:
-        raise PackageError(f"cannot link the shipped plugin {name!r} into {plugins_dir}: {e.strerror or e}") from None
+        raise PackageError(Msg("cannot link the shipped plugin {name!r} into {folder}: {reason}", name=name,
+                               folder=plugins_dir, reason=e.strerror or e)) from None
     return target
 
 

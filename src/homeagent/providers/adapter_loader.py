@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from homeagent.lua.runtime import HttpPolicy, LuaError, LuaSandbox
+from homeagent.msg import Msg
 from homeagent.providers.adapter import Adapter, AdapterError, chunkname
 
 __all__ = ["BUILTIN_DIR", "AdapterInfo", "AdapterLoader"]
@@ -134,14 +135,15 @@ class AdapterLoader:
 
     def _find(self, name: str, key: str) -> Adapter:
         if not _valid_name(name):
-            raise AdapterError(f"invalid adapter name {name!r}")
+            raise AdapterError(Msg("invalid adapter name {name!r}", name=name))
         for path, builtin in self._candidates(name):
             try:
                 st = path.stat()
             except OSError:
                 continue
             return self._load_cached(key, path, builtin, st)
-        raise AdapterError(f"adapter '{name}' not found (available: {', '.join(self.names()) or 'none'})")
+        raise AdapterError(Msg("adapter '{name}' not found (available: {names})", name=name,
+                               names=", ".join(self.names()) or Msg("none")))
 
     def load_path(self, path: Path | str) -> Adapter:
         """The adapter in an explicit file (``adapter_path``), reloaded if it changed."""
@@ -152,7 +154,8 @@ class AdapterLoader:
         try:
             st = p.stat()
         except OSError as exc:
-            raise AdapterError(f"adapter file {p} cannot be read: {exc.strerror}", path=str(p)) from None
+            raise AdapterError(Msg("adapter file {path} cannot be read: {reason}", path=p, reason=exc.strerror),
+                               path=str(p)) from None
         builtin = p.resolve().parent == self.builtin_dir.resolve()
         return self._load_cached(f"path:{p.resolve()}", p, builtin, st)
 
@@ -162,7 +165,8 @@ class AdapterLoader:
         try:
             st = p.stat()
         except OSError as exc:
-            raise AdapterError(f"adapter file {p} cannot be read: {exc.strerror}", path=str(p)) from None
+            raise AdapterError(Msg("adapter file {path} cannot be read: {reason}", path=p, reason=exc.strerror),
+                               path=str(p)) from None
         return self._load_file(p, False, st.st_mtime_ns)
 
     def _load_cached(self, key: str, path: Path, builtin: bool, st: os.stat_result) -> Adapter:
@@ -247,7 +251,8 @@ def _valid_name(name: str) -> bool:
 def _check_shape(sandbox: LuaSandbox, table: Any, chunk: str, path: Path) -> None:
     lua_type = sandbox.lua_type
     if lua_type(table) != "table":
-        raise AdapterError(f"{chunk}: the script must return a table (got {lua_type(table)})", path=str(path))
+        raise AdapterError(Msg("{chunk}: the script must return a table (got {kind})", chunk=chunk, kind=lua_type(table)),
+                           path=str(path))
     declared = table["request_format"] is not None
     rules = {
         "transform_request": ("nil",) if declared else ("function",),
@@ -266,11 +271,14 @@ def _check_shape(sandbox: LuaSandbox, table: Any, chunk: str, path: Path) -> Non
         actual = lua_type(table[key])
         if actual not in allowed:
             if key == "transform_request" and declared:
-                raise AdapterError(f"{chunk}: give either 'transform_request' or 'request_format', not both",
+                raise AdapterError(Msg("{chunk}: give either 'transform_request' or 'request_format', not both", chunk=chunk),
                                    path=str(path))
             want = " or ".join(a for a in allowed if a != "nil")
-            missing = "is missing" if actual == "nil" else f"is a {actual}"
-            raise AdapterError(f"{chunk}: field '{key}' {missing}, expected a {want}", path=str(path))
+            if actual == "nil":
+                raise AdapterError(Msg("{chunk}: field '{key}' is missing, expected a {want}", chunk=chunk, key=key,
+                                       want=want), path=str(path))
+            raise AdapterError(Msg("{chunk}: field '{key}' is a {actual}, expected a {want}", chunk=chunk, key=key,
+                                   actual=actual, want=want), path=str(path))
 
 
 REQUEST_FORMATS = ("openai",)  # values of an adapter's `request_format` field
@@ -286,24 +294,26 @@ def _declared_request(sandbox: LuaSandbox, table: Any, compat_globals: dict[str,
     body, the same one the shipped OpenAI-style adapters call."""
     fmt = table["request_format"]
     if fmt not in REQUEST_FORMATS:
-        raise AdapterError(f"{chunk}: field 'request_format' is {fmt!r}, expected one of: {', '.join(REQUEST_FORMATS)}",
-                           path=str(path))
+        raise AdapterError(Msg("{chunk}: field 'request_format' is {fmt!r}, expected one of: {known}", chunk=chunk,
+                               fmt=fmt, known=", ".join(REQUEST_FORMATS)), path=str(path))
     if "openai_compat" not in compat_globals:
-        raise AdapterError(f"{chunk}: 'request_format' needs {COMPAT_LIB}, which is missing", path=str(path))
+        raise AdapterError(Msg("{chunk}: 'request_format' needs {lib}, which is missing", chunk=chunk, lib=COMPAT_LIB),
+                           path=str(path))
     options = table["request_options"]
     for key, value in (options.items() if options is not None else ()):
         want = _REQUEST_OPTIONS.get(key) if isinstance(key, str) else None
         if want is None:
-            raise AdapterError(f"{chunk}: request_options.{key} is not an option; known: {', '.join(_REQUEST_OPTIONS)}",
-                               path=str(path))
+            raise AdapterError(Msg("{chunk}: request_options.{key} is not an option; known: {known}", chunk=chunk,
+                                   key=key, known=", ".join(_REQUEST_OPTIONS)), path=str(path))
         if want == "set":
             ok = sandbox.lua_type(value) == "table" and all(
                 isinstance(k, str) and v is True for k, v in value.items())
             if not ok:
-                raise AdapterError(f"{chunk}: request_options.{key} must be a table of names set to true, "
-                                   'e.g. {reasoning_content = true}', path=str(path))
+                raise AdapterError(Msg("{chunk}: request_options.{key} must be a table of names set to true, "
+                                       "e.g. {{reasoning_content = true}}", chunk=chunk, key=key), path=str(path))
         elif not isinstance(value, bool if want == "boolean" else str) or (want == "string" and not value):
-            raise AdapterError(f"{chunk}: request_options.{key} must be a {want}", path=str(path))
+            raise AdapterError(Msg("{chunk}: request_options.{key} must be a {want}", chunk=chunk, key=key, want=want),
+                               path=str(path))
     make = sandbox.load("return function(t) local o = t.request_options "
                         "t.transform_request = function(req) return openai_compat.request(req, o) end end",
                         "homeagent/request_format", globals=compat_globals)

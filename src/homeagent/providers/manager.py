@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from homeagent.msg import Msg
 from homeagent.providers.base import (
     AllProvidersFailed,
     ChatRequest,
@@ -211,8 +212,8 @@ class ProviderManager:
         return sorted(self._all(), key=key)
 
     def _unknown(self, name: str) -> str:
-        names = ", ".join(s.name for s in self._ordered()) or "none"
-        return f"unknown LLM source '{name}' (available: {names})"
+        names = ", ".join(s.name for s in self._ordered()) or Msg("none")
+        return Msg("unknown LLM source '{name}' (available: {names})", name=name, names=names)
 
     def set_source(self, name: str) -> None:
         """Make ``name`` the first source tried."""

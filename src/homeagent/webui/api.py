@@ -24,6 +24,7 @@ from homeagent.config.defaults import SOURCE_PREFIX
 from homeagent.config.labels_zh import SOURCE_FIELDS_ZH, ZH
 from homeagent.config.values import base_type
 from homeagent.llm_control import EDITABLE_FIELDS
+from homeagent.msg import Msg, message_of
 from homeagent.sdk.types import ConfigDef
 from homeagent.webui.auth import CSRF_COOKIE, PLUGIN, SESSION_COOKIE, TOKEN_HASH_KEY
 from homeagent.webui.common import (
@@ -42,7 +43,7 @@ from homeagent.webui.sse import SSE_HEADERS, event_stream, parse_last_event_id
 log = logging.getLogger("homeagent.webui")
 
 CATEGORY_ORDER = ["llm", "agent", "approvals", "sandbox", "memory", "input", "webui", "daemon", "paths"]
-READ_ONLY = {f"plugin.{PLUGIN}.{TOKEN_HASH_KEY}": "the API token is changed with `homeagent webui token`"}
+READ_ONLY = {f"plugin.{PLUGIN}.{TOKEN_HASH_KEY}": Msg("the API token is changed with `homeagent webui token`")}
 
 
 def client_ip(request: Request) -> str:
@@ -150,14 +151,15 @@ class CoreAPI:
             wait = self.ctx.limiter.retry_after(ip)
             if wait > 0:
                 self.ctx.limiter.failure(ip)
-                err = ApiError(429, f"too many failed sign-ins; try again in {int(wait) + 1} s", retry_after=int(wait) + 1)
+                err = ApiError(429, Msg("too many failed sign-ins; try again in {s} s", s=int(wait) + 1),
+                               retry_after=int(wait) + 1)
                 err.headers["Retry-After"] = str(int(wait) + 1)
                 raise err
             lockout = self.ctx.limiter.failure(ip)
             log.warning("web UI: failed sign-in from %s%s", ip, f" (locked out for {lockout:.0f} s)" if lockout else "")
             if form:
                 return RedirectResponse("/login?error=1", status_code=303)
-            raise ApiError(401, "wrong token")
+            raise ApiError(401, Msg("wrong token"))
         self.ctx.limiter.success(ip)
         session = self.ctx.sessions.create(ip)
         response: Response = (
@@ -215,7 +217,7 @@ class CoreAPI:
         try:
             return ok(self.ctx.daemon.llm.use({"name": name}))
         except (ValueError, ConfigError) as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, message_of(exc)) from None
 
     async def llm_test(self, request: Request) -> Response:
         body = await read_object(request)
@@ -225,7 +227,7 @@ class CoreAPI:
                 return ok(await self.ctx.daemon.llm.test_spec(_source_fields(body)))
             return ok(await self.ctx.daemon.llm.test({"name": name}))
         except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, message_of(exc)) from None
 
     async def llm_presets(self, request: Request) -> Response:
         return ok(self.ctx.daemon.llm.presets())
@@ -235,7 +237,7 @@ class CoreAPI:
         try:
             result = self.ctx.daemon.llm.save_source(_source_fields(body))
         except (ValueError, ConfigError) as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, message_of(exc)) from None
         return ok(result, status=201 if result.get("created") else 200)
 
     async def llm_remove(self, request: Request) -> Response:
@@ -243,14 +245,14 @@ class CoreAPI:
         try:
             return ok(self.ctx.daemon.llm.remove_source({"name": name}))
         except (ValueError, ConfigError) as exc:
-            raise ApiError(404, str(exc)) from None
+            raise ApiError(404, message_of(exc)) from None
 
     async def llm_order(self, request: Request) -> Response:
         body = await read_object(request)
         try:
             return ok(self.ctx.daemon.llm.reorder({"names": body.get("names")}))
         except (ValueError, ConfigError) as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, message_of(exc)) from None
 
     # ------------------------------------------------------------ settings
     async def settings(self, request: Request) -> Response:
@@ -328,7 +330,7 @@ class CoreAPI:
         if isinstance(body, dict) and isinstance(body.get("values"), dict) and len(body) == 1:
             body = body["values"]
         if not isinstance(body, dict) or not body:
-            raise ApiError(400, 'send a JSON object of settings: {"key": value, ...}')
+            raise ApiError(400, Msg('send a JSON object of settings: {{"key": value, ...}}'))
         config = self.ctx.config
         errors: dict[str, str] = {}
         writes: dict[str, Any] = {}
@@ -338,12 +340,12 @@ class CoreAPI:
                     value = unmask_env(value, config.get(key))
                 checked = self._check_setting(key, value)
             except ValueError as exc:
-                errors[key] = str(exc)
+                errors[key] = message_of(exc)
                 continue
             if checked is not _UNCHANGED:
                 writes[key] = value
         if errors:
-            raise ApiError(400, "nothing was saved: some settings are invalid", errors=errors)
+            raise ApiError(400, Msg("nothing was saved: some settings are invalid"), errors=errors)
         saved: dict[str, Any] = {}
         for key, value in writes.items():
             try:
@@ -353,7 +355,7 @@ class CoreAPI:
                 continue
             saved[key] = config.masked(key, stored)
         if errors:
-            raise ApiError(500, "some settings could not be written", errors=errors, saved=saved)
+            raise ApiError(500, Msg("some settings could not be written"), errors=errors, saved=saved)
         if saved:
             log.info("web UI changed settings: %s", ", ".join(sorted(saved)))
         return ok({"saved": saved})
@@ -362,27 +364,28 @@ class CoreAPI:
         """The value as it would be stored; ValueError with the message for the user."""
         config = self.ctx.config
         if key in READ_ONLY:
-            raise ValueError(f"read-only here: {READ_ONLY[key]}")
+            raise ValueError(Msg("read-only here: {reason}", reason=READ_ONLY[key]))
         try:
             d = config.get_def(key)
         except ConfigError as exc:
             raise ValueError(exc.message) from None
         if d is not None and d.hidden:
-            raise ValueError("this setting cannot be changed here")
+            raise ValueError(Msg("this setting cannot be changed here"))
         if d is not None and d.is_secret and isinstance(value, str) and value == config.masked(key, config.get(key)):
             return _UNCHANGED  # the form sent the masked value back untouched
         if d is None:
             if not config.has(key):
                 keys = [x.key for x in config.defs()]
                 close = difflib.get_close_matches(key, keys, n=1, cutoff=0.6)
-                raise ValueError("unknown setting" + (f'; did you mean "{close[0]}"?' if close else ""))
+                raise ValueError(Msg('unknown setting; did you mean "{close}"?', close=close[0]) if close
+                                 else Msg("unknown setting"))
             return value
         return coerce(d, value)
 
     # ------------------------------------------------------------ events
     async def events(self, request: Request) -> Response:
         if self.ctx.streams.full():
-            raise ApiError(503, "too many open streams; try again shortly")
+            raise ApiError(503, Msg("too many open streams; try again shortly"))
         raw_types = request.query_params.get("types", "")
         types = [t.strip() for t in raw_types.split(",") if t.strip()] or None
         header = request.headers.get("last-event-id") or request.query_params.get("last_event_id")
@@ -418,7 +421,7 @@ def _source_fields(body: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value, bool | int) and key in ("context_window", "thinking_enabled"):
             out[key] = value
         else:
-            raise ApiError(400, f"{key}: expected text", field=key)
+            raise ApiError(400, Msg("{key}: expected text", key=key), field=key)
     return out
 
 
@@ -472,7 +475,7 @@ def unmask_env(value: Any, stored: Any) -> Any:
                 continue
             before = known.get(name)
             if not isinstance(before, dict) or var not in before:
-                raise ValueError(f"server {name!r}: type the value of {var} again (it was shown masked)")
+                raise ValueError(Msg("server {name!r}: type the value of {var} again (it was shown masked)", name=name, var=var))
             env[var] = before[var]
     return json.dumps(data, ensure_ascii=False) if isinstance(value, str) else data
 

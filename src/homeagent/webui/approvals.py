@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from homeagent.approvals.broker import ApprovalBroker, ApprovalError, OwnerPath
 from homeagent.approvals.desk import parse_answer
+from homeagent.msg import Msg, message_of
 from homeagent.webui.common import ApiError, Op, WebContext, ok, path_id, query_int, read_object
 
 ANSWER_BODY: dict[str, Any] = {
@@ -59,7 +60,7 @@ class ApprovalsAPI:
             request_id, allow, always, pattern = parse_answer({**body, "id": request.path_params.get("id", "")})
             result = await self.broker.answer(request_id, allow, by=OwnerPath.WEB, always=always, pattern=pattern)
         except ApprovalError as exc:
-            raise ApiError(404 if "no pending" in str(exc) else 400, str(exc)) from None
+            raise ApiError(404 if "no pending" in str(exc) else 400, message_of(exc)) from None
         return ok(result)
 
     async def rules(self, request: Request) -> Response:
@@ -68,7 +69,7 @@ class ApprovalsAPI:
     async def remove_rule(self, request: Request) -> Response:
         rule = path_id(request)
         if not await self.broker.remove_rule(rule):
-            raise ApiError(404, f"no always rule #{rule}")
+            raise ApiError(404, Msg("no always rule #{rule}", rule=rule))
         return ok({"removed": rule})
 
     async def log(self, request: Request) -> Response:

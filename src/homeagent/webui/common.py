@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from homeagent.msg import Msg
 from homeagent.text import TooDeep, loads
 from homeagent.webui.auth import LoginLimiter, Session, SessionStore, TokenStore
 from homeagent.webui.hosts import HostCheck
@@ -35,7 +36,12 @@ MAX_JSON_BYTES = 1024 * 1024
 
 
 class ApiError(Exception):
-    """An error answered as ``{"error": message, ...extra}`` with ``status``."""
+    """An error answered as ``{"error": message, ...extra}`` with ``status``.
+
+    ``message`` (and any text in ``extra``) may be a :class:`~homeagent.msg.Msg`: the
+    error handler renders it in the request's language (``webui/lang.py``); plain
+    text is answered as it is.
+    """
 
     def __init__(self, status: int, message: str, **extra: Any) -> None:
         super().__init__(message)
@@ -149,7 +155,7 @@ class Op:
 def principal_of(request: Request) -> Principal:
     principal = request.scope.get("state", {}).get("principal")
     if not isinstance(principal, Principal):  # the auth middleware always sets it on protected routes
-        raise ApiError(401, "authentication required")
+        raise ApiError(401, Msg("authentication required"))
     return principal
 
 
@@ -157,13 +163,13 @@ async def read_body(request: Request, *, limit: int = MAX_JSON_BYTES) -> bytes:
     """The whole request body; 413 as soon as it passes ``limit`` bytes (nothing more is buffered)."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
-        raise ApiError(413, f"request body too large (limit {limit} bytes)")
+        raise ApiError(413, Msg("request body too large (limit {limit} bytes)", limit=limit))
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise ApiError(413, f"request body too large (limit {limit} bytes)")
+            raise ApiError(413, Msg("request body too large (limit {limit} bytes)", limit=limit))
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -172,26 +178,27 @@ async def read_json(request: Request, *, limit: int = MAX_JSON_BYTES) -> Any:
     """The request's JSON body; 413 past ``limit`` bytes, 400 with the parser's message when malformed."""
     raw = await read_body(request, limit=limit)
     if not raw.strip():
-        raise ApiError(400, "a JSON body is required")
+        raise ApiError(400, Msg("a JSON body is required"))
     try:
         # lone surrogates become U+FFFD here, once, for every JSON body (chat, OpenAI-compatible, management)
         return loads(raw)
     except TooDeep as exc:
-        raise ApiError(400, f"malformed JSON: {exc}") from None
+        raise ApiError(400, Msg("malformed JSON: {reason}", reason=str(exc))) from None
     except RecursionError:
-        raise ApiError(400, "malformed JSON: nested too deeply") from None
+        raise ApiError(400, Msg("malformed JSON: nested too deeply")) from None
     except UnicodeDecodeError:
-        raise ApiError(400, "malformed JSON: the body is not UTF-8") from None
+        raise ApiError(400, Msg("malformed JSON: the body is not UTF-8")) from None
     except json.JSONDecodeError as exc:
-        raise ApiError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise ApiError(400, Msg("malformed JSON: {reason} at line {line} column {column}", reason=exc.msg, line=exc.lineno,
+                                 column=exc.colno)) from None
     except ValueError as exc:  # NaN, Infinity, a number out of range: refused by loads with its reason
-        raise ApiError(400, f"malformed JSON: {exc}") from None
+        raise ApiError(400, Msg("malformed JSON: {reason}", reason=str(exc))) from None
 
 
 async def read_object(request: Request) -> dict[str, Any]:
     body = await read_json(request)
     if not isinstance(body, dict):
-        raise ApiError(400, f"expected a JSON object, got {type(body).__name__}")
+        raise ApiError(400, Msg("expected a JSON object, got {kind}", kind=type(body).__name__))
     return body
 
 
@@ -200,11 +207,11 @@ def field_str(body: dict[str, Any], name: str, *, required: bool = True, max_len
     if value is None and not required:
         return ""
     if not isinstance(value, str):
-        raise ApiError(400, f"field {name!r} must be a string", field=name)
+        raise ApiError(400, Msg("field {name!r} must be a string", name=name), field=name)
     if required and not value.strip():
-        raise ApiError(400, f"field {name!r} must not be empty", field=name)
+        raise ApiError(400, Msg("field {name!r} must not be empty", name=name), field=name)
     if len(value) > max_len:
-        raise ApiError(413, f"field {name!r} is too long (limit {max_len} characters)", field=name)
+        raise ApiError(413, Msg("field {name!r} is too long (limit {limit} characters)", name=name, limit=max_len), field=name)
     return value
 
 
@@ -215,7 +222,7 @@ def query_int(request: Request, name: str, default: int, *, lo: int = 0, hi: int
     try:
         value = int(raw)
     except ValueError:
-        raise ApiError(400, f"query parameter {name!r} must be a whole number") from None
+        raise ApiError(400, Msg("query parameter {name!r} must be a whole number", name=name)) from None
     return max(lo, min(hi, value))
 
 
@@ -224,9 +231,9 @@ def path_id(request: Request, name: str = "id") -> int:
     most 18 of them, so it fits SQLite's 64-bit integers (a longer one raised OverflowError: a 500)."""
     raw = str(request.path_params.get(name, ""))
     if not (raw.isascii() and raw.isdigit()):
-        raise ApiError(400, f"{name} must be a whole number")
+        raise ApiError(400, Msg("{name} must be a whole number", name=name))
     if len(raw) > 18:
-        raise ApiError(400, f"{name} is out of range (18 digits at most)")
+        raise ApiError(400, Msg("{name} is out of range (18 digits at most)", name=name))
     return int(raw)
 
 

@@ -18,6 +18,8 @@ import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from homeagent.msg import Msg
+
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -87,7 +89,8 @@ class HostCheck:
         return name in self.names and (port == self.port or (port is None and self.port == 80))
 
     def refusal(self, header: str) -> str:
-        return (
-            f"this web UI answers only as {', '.join(self.shown)}; Host {header[:200]!r} is not one of them "
-            "(protection against DNS rebinding). To reach it by another name, add the name to webui.allowed_hosts."
+        return Msg(
+            "this web UI answers only as {names}; Host {host!r} is not one of them "
+            "(protection against DNS rebinding). To reach it by another name, add the name to webui.allowed_hosts.",
+            names=", ".join(self.shown), host=header[:200],
         )

@@ -24,10 +24,12 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from homeagent.msg import Msg, message_of
 from homeagent.plugins.registry import PluginError
 from homeagent.providers.adapter import AdapterError
 from homeagent.webui.common import ApiError, Op, WebContext, field_str, jsonable, ok, query_int, read_object
 from homeagent.webui.host import AdapterFiles, PluginManager, WebHost
+from homeagent.webui.lang import localized, request_lang
 
 if TYPE_CHECKING:
     from homeagent.memory.graph import Entity, Recall
@@ -46,7 +48,7 @@ INSTALL_ERRORS: tuple[type[Exception], ...] = (*PLUGIN_ERRORS, OSError)
 def _name(request: Request, pattern: re.Pattern[str] = NAME) -> str:
     name = str(request.path_params.get("name", ""))
     if not pattern.match(name) or ".." in name:
-        raise ApiError(400, f"invalid name {name!r}")
+        raise ApiError(400, Msg("invalid name {name!r}", name=name))
     return name
 
 
@@ -62,13 +64,16 @@ def _entry_name(name: str) -> str:
         or any(unicodedata.category(ch)[0] == "C" for ch in name)
     ):
         raise ApiError(
-            400, f"invalid knowledge entry name {name[:100]!r}: one name, no '/', not starting with '.'", field="name"
+            400, Msg("invalid knowledge entry name {name!r}: one name, no '/', not starting with '.'", name=name[:100]),
+            field="name",
         )
     return name
 
 
 def _plugin_api_error(name: str, exc: Exception) -> ApiError:
-    message = str(exc).strip("'\"") or type(exc).__name__
+    message = message_of(exc)
+    if not isinstance(message, Msg):  # a KeyError's str() is the quoted key
+        message = message.strip("'\"") or type(exc).__name__
     status = 404 if isinstance(exc, LookupError) or message.startswith("no plugin named") else 400
     return ApiError(status, message, plugin=name)
 
@@ -210,8 +215,8 @@ class ManageAPI:
 
     async def plugin_info(self, request: Request) -> Response:
         name = _name(request)
-        try:
-            return ok(self._plugins.info(name))
+        try:  # the MCP page shows the mcp plugin's health problems (Msg) in the page's language
+            return ok(localized(self._plugins.info(name), request_lang(request.headers)))
         except PLUGIN_ERRORS as exc:
             raise _plugin_api_error(name, exc) from None
 
@@ -261,7 +266,7 @@ class ManageAPI:
             try:
                 result = await self._plugins.install(str(path), upgrade=upgrade)
             except INSTALL_ERRORS as exc:
-                raise ApiError(400, f"cannot install: {exc}") from None
+                raise ApiError(400, Msg("cannot install: {reason}", reason=message_of(exc))) from None
         finally:
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(shutil.rmtree, staging)
@@ -273,11 +278,11 @@ class ManageAPI:
         body = await read_object(request)
         source = field_str(body, "path", max_len=4096).strip()
         if not (source.startswith("/") or source.startswith("~/")):
-            raise ApiError(400, "give the full path of a plugin folder, .hmap or .zip on this machine", field="path")
+            raise ApiError(400, Msg("give the full path of a plugin folder, .hmap or .zip on this machine"), field="path")
         try:
             result = await self._plugins.install(source, upgrade=upgrade)
         except INSTALL_ERRORS as exc:
-            raise ApiError(400, f"cannot install: {exc}") from None
+            raise ApiError(400, Msg("cannot install: {reason}", reason=message_of(exc))) from None
         log.info("web UI installed a plugin from %s", source)
         return ok({"ok": True, "installed": result}, status=201)
 
@@ -285,19 +290,19 @@ class ManageAPI:
         """Write the uploaded package to ``dest``; returns the file name the browser gave (or "")."""
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > cap + 1024 * 1024:
-            raise ApiError(413, f"package too large (limit {cap // (1024 * 1024)} MB)")
+            raise ApiError(413, Msg("package too large (limit {mb} MB)", mb=cap // (1024 * 1024)))
         ctype = request.headers.get("content-type", "")
         if ctype.startswith("multipart/form-data"):
             try:
                 form = await request.form(max_files=1, max_fields=5)
             except MultiPartException as exc:
-                raise ApiError(400, f"malformed upload: {exc.message}") from None
+                raise ApiError(400, Msg("malformed upload: {reason}", reason=exc.message)) from None
             try:
                 upload = form.get("file")
                 if not isinstance(upload, UploadFile):
-                    raise ApiError(400, "no package in the upload (field 'file')")
+                    raise ApiError(400, Msg("no package in the upload (field 'file')"))
                 if (upload.size or 0) > cap:
-                    raise ApiError(413, f"package too large (limit {cap // (1024 * 1024)} MB)")
+                    raise ApiError(413, Msg("package too large (limit {mb} MB)", mb=cap // (1024 * 1024)))
 
                 def copy() -> None:
                     upload.file.seek(0)
@@ -313,10 +318,10 @@ class ManageAPI:
         async for chunk in request.stream():
             size += len(chunk)
             if size > cap:
-                raise ApiError(413, f"package too large (limit {cap // (1024 * 1024)} MB)")
+                raise ApiError(413, Msg("package too large (limit {mb} MB)", mb=cap // (1024 * 1024)))
             chunks.append(chunk)
         if not size:
-            raise ApiError(400, "send the .hmap package as multipart field 'file' or as the request body")
+            raise ApiError(400, Msg("send the .hmap package as multipart field 'file' or as the request body"))
         await asyncio.to_thread(dest.write_bytes, b"".join(chunks))
         return ""
 
@@ -362,7 +367,7 @@ class ManageAPI:
     async def memory_search(self, request: Request) -> Response:
         q = request.query_params.get("q", "").strip()
         if not q:
-            raise ApiError(400, "query parameter 'q' is required")
+            raise ApiError(400, Msg("query parameter 'q' is required"))
         limit = query_int(request, "limit", 10, lo=1, hi=100)
         host = self.host
         needle = q.lower()
@@ -383,7 +388,7 @@ class ManageAPI:
     async def knowledge_search(self, request: Request) -> Response:
         q = request.query_params.get("q", "").strip()
         if not q:
-            raise ApiError(400, "query parameter 'q' is required")
+            raise ApiError(400, Msg("query parameter 'q' is required"))
         limit = query_int(request, "limit", 10, lo=1, hi=100)
         return ok({"results": jsonable(await self.host.knowledge.search(q, limit))})
 
@@ -392,9 +397,9 @@ class ManageAPI:
         try:
             content = await self.host.knowledge.get(name)
         except ValueError as exc:  # a name the knowledge base refuses (KnowledgeError)
-            raise ApiError(400, str(exc), field="name") from None
+            raise ApiError(400, message_of(exc), field="name") from None
         if content is None:
-            raise ApiError(404, f"no knowledge entry named {name!r}")
+            raise ApiError(404, Msg("no knowledge entry named {name!r}", name=name))
         return ok({"name": name, "content": content})
 
     async def knowledge_save(self, request: Request) -> Response:
@@ -404,7 +409,7 @@ class ManageAPI:
         try:
             result = await self.host.knowledge.add(name, content)
         except ValueError as exc:
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, message_of(exc)) from None
         return ok({"ok": True, "name": name, "result": result})
 
     async def knowledge_delete(self, request: Request) -> Response:
@@ -412,9 +417,9 @@ class ManageAPI:
         try:
             deleted = await self.host.knowledge.delete(name)
         except ValueError as exc:  # e.g. the entry is a symbolic link: the message says what to do
-            raise ApiError(400, str(exc)) from None
+            raise ApiError(400, message_of(exc)) from None
         if not deleted:
-            raise ApiError(404, f"no knowledge entry named {name!r}")
+            raise ApiError(404, Msg("no knowledge entry named {name!r}", name=name))
         return ok({"ok": True, "name": name})
 
     # ------------------------------------------------------------ adapters
@@ -442,7 +447,7 @@ class ManageAPI:
         name = _name(request, ADAPTER_NAME)
         found = await asyncio.to_thread(self._source_path, name)
         if found is None:
-            raise ApiError(404, f"no adapter named {name!r}")
+            raise ApiError(404, Msg("no adapter named {name!r}", name=name))
         path, builtin = found
         code = await asyncio.to_thread(path.read_text, encoding="utf-8", errors="replace")
         return ok({"name": name, "code": code, "builtin": builtin, "path": str(path)})
@@ -465,7 +470,7 @@ class ManageAPI:
         name = _name(request, ADAPTER_NAME)
         path = self._user_dir() / f"{name}.lua"
         if not await asyncio.to_thread(path.is_file):
-            raise ApiError(404, f"no adapter of yours named {name!r} (built-in adapters cannot be deleted)")
+            raise ApiError(404, Msg("no adapter of yours named {name!r} (built-in adapters cannot be deleted)", name=name))
         await asyncio.to_thread(path.unlink)
         self._loader.forget()
         return ok({"ok": True, "name": name})
@@ -479,7 +484,7 @@ def _check_adapter(loader: AdapterFiles, name: str, code: str) -> tuple[str, str
         try:
             loader.check_file(path)
         except AdapterError as exc:
-            return str(exc), exc.location
+            return message_of(exc), exc.location
     return None
 
 

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from homeagent.memory.media import MediaError, MediaGone, MediaInfo, UnknownMedia, marker
+from homeagent.msg import Msg, message_of
 from homeagent.sdk.types import MediaBlock
 from homeagent.webui.chat import INLINE_TYPES
 from homeagent.webui.common import ApiError, MediaLibrary, Op, WebContext, ok, query_int
@@ -45,14 +46,14 @@ class MediaRoutes:
 
     def _store(self) -> MediaLibrary:
         if self.ctx.media is None:
-            raise ApiError(501, "the media store is off (core.memory.media.enabled)", missing="media")
+            raise ApiError(501, Msg("the media store is off (core.memory.media.enabled)"), missing="media")
         return self.ctx.media
 
     async def entries(self, request: Request) -> Response:
         store = self._store()
         state = request.query_params.get("state") or None
         if state is not None and state not in STATES:
-            raise ApiError(400, f"unknown state {state!r}; one of {', '.join(STATES)}")
+            raise ApiError(400, Msg("unknown state {state!r}; one of {states}", state=state, states=", ".join(STATES)))
         items = await store.alist(
             limit=query_int(request, "limit", 50, lo=1, hi=500),
             offset=query_int(request, "offset", 0, lo=0, hi=10**9),
@@ -69,7 +70,7 @@ class MediaRoutes:
         try:
             info = await store.ainfo(str(request.path_params["digest"]))
         except UnknownMedia as exc:
-            raise ApiError(404, str(exc)) from None
+            raise ApiError(404, message_of(exc)) from None
         return ok({**self._item(info), "references": await store.arefs_of(info.digest)})
 
     async def raw(self, request: Request) -> Response:
@@ -79,11 +80,11 @@ class MediaRoutes:
             info = await store.ainfo(ref)
             data = await store.aget(info.digest)
         except UnknownMedia as exc:
-            raise ApiError(404, str(exc)) from None
+            raise ApiError(404, message_of(exc)) from None
         except MediaGone as exc:
-            raise ApiError(410, str(exc)) from None
+            raise ApiError(410, message_of(exc)) from None
         except MediaError as exc:
-            raise ApiError(500, str(exc)) from None
+            raise ApiError(500, message_of(exc)) from None
         inline = info.mime in INLINE_TYPES
         return Response(
             data,
@@ -163,23 +164,23 @@ class OutgoingFiles:
 
     async def serve(self, request: Request) -> Response:
         if self.ctx.media is None:
-            raise ApiError(501, "the media store is off (core.memory.media.enabled)", missing="media")
+            raise ApiError(501, Msg("the media store is off (core.memory.media.enabled)"), missing="media")
         store = self.ctx.media
         ref = str(request.path_params["digest"])
         if not _DIGEST.fullmatch(ref):
-            raise ApiError(404, f"{ref!r} is not a media digest")
+            raise ApiError(404, Msg("{ref!r} is not a media digest", ref=ref))
         try:
             info = await store.ainfo(ref)
             data = await store.aget(info.digest)
         except UnknownMedia as exc:
-            raise ApiError(404, str(exc)) from None
+            raise ApiError(404, message_of(exc)) from None
         except MediaError as exc:  # evicted, quarantined (this read may have found it damaged) or missing
             try:
                 info = await store.ainfo(ref)
             except MediaError:
-                raise ApiError(410, str(exc)) from None
-            raise ApiError(410, f"the file's bytes are gone ({info.state}); what memory kept of it is its "
-                           "description", state=info.state, description=info.description, mime=info.mime,
+                raise ApiError(410, message_of(exc)) from None
+            raise ApiError(410, Msg("the file's bytes are gone ({state}); what memory kept of it is its "
+                               "description", state=info.state), state=info.state, description=info.description, mime=info.mime,
                            marker=marker(info)) from None
         inline = info.mime in INLINE_TYPES
         name = file_name(info, request.query_params.get("name", ""))

@@ -31,6 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from homeagent.memory.media import MediaError
+from homeagent.msg import Msg
 from homeagent.sdk.types import OutputCap
 from homeagent.webui.api import CoreAPI
 from homeagent.webui.approvals import ApprovalsAPI
@@ -49,6 +50,7 @@ from homeagent.webui.auth import (
 from homeagent.webui.chat import ChatAPI
 from homeagent.webui.common import ApiError, Handler, Op, Principal, WebContext, all_ops
 from homeagent.webui.host import WebHost
+from homeagent.webui.lang import localized, request_lang
 from homeagent.webui.manage import ManageAPI
 from homeagent.webui.media import MediaRoutes, OutgoingFiles
 from homeagent.webui.openai_compat import OpenAICompat
@@ -159,7 +161,15 @@ def wants_json(path: str) -> bool:
     return path.startswith(("/api/", "/v1/", "/files/"))  # /files/: a link the chat made, fetched or opened signed in
 
 
-def error_body(path: str, status: int, message: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def error_body(path: str, status: int, message: str, extra: dict[str, Any] | None = None,
+               headers: Headers | None = None) -> dict[str, Any]:
+    """The JSON of an error answer; with the request's ``headers``, its messages in the language asked for.
+
+    The OpenAI-compatible routes (``/v1/``) answer in English: their clients are programs.
+    """
+    if headers is not None and not path.startswith("/v1/"):
+        lang = request_lang(headers)
+        message, extra = localized(message, lang), localized(extra, lang)
     if path.startswith("/v1/"):  # the shape OpenAI clients parse
         kind = (extra or {}).get("type") or ("authentication_error" if status == 401 else "invalid_request_error")
         return {"error": {"message": message, "type": kind, "param": (extra or {}).get("param"), "code": status}}
@@ -183,7 +193,7 @@ class AuthGate:
         headers = Headers(scope=scope)
         host = headers.get("host")
         if not self.ctx.hosts.allows(host):
-            message = self.ctx.hosts.refusal(host or "")
+            message = localized(self.ctx.hosts.refusal(host or ""), request_lang(headers))
             log.warning("web UI: refused a request for Host %r (not an address of this server)", (host or "")[:200])
             response: Response = (
                 JSONResponse(error_body(path, 421, message), status_code=421)
@@ -197,12 +207,12 @@ class AuthGate:
             return
         principal = self.authenticate(headers)
         if principal is None:
-            await self._deny(scope, receive, send, path)
+            await self._deny(scope, receive, send, path, headers)
             return
         if principal.session is not None and method not in SAFE_METHODS:
             problem = self._csrf_problem(headers, principal)
-            if problem:
-                response = JSONResponse(error_body(path, 403, problem), status_code=403)
+            if problem is not None:
+                response = JSONResponse(error_body(path, 403, problem, headers=headers), status_code=403)
                 await response(scope, receive, send)
                 return
         scope.setdefault("state", {})["principal"] = principal
@@ -219,23 +229,24 @@ class AuthGate:
         session = self.ctx.sessions.get(cookies.get(SESSION_COOKIE))
         return Principal("session", session) if session is not None else None
 
-    def _csrf_problem(self, headers: Headers, principal: Principal) -> str:
+    def _csrf_problem(self, headers: Headers, principal: Principal) -> Msg | None:
         assert principal.session is not None
         origin = headers.get("origin")
         if origin and origin != "null":
             host = headers.get("host", "")
             if origin.split("://", 1)[-1] != host:
-                return "cross-origin write refused"
+                return Msg("cross-origin write refused")
         cookies = cookie_parser(headers.get("cookie", ""))
         if not csrf_ok(principal.session, headers.get(CSRF_HEADER), cookies.get(CSRF_COOKIE)):
-            return "missing or wrong CSRF token (send the homeagent_csrf cookie's value as X-CSRF-Token)"
-        return ""
+            return Msg("missing or wrong CSRF token (send the homeagent_csrf cookie's value as X-CSRF-Token)")
+        return None
 
-    async def _deny(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+    async def _deny(self, scope: Scope, receive: Receive, send: Send, path: str, headers: Headers) -> None:
         response: Response
         if wants_json(path):
             response = JSONResponse(
-                error_body(path, 401, "authentication required: send Authorization: Bearer <token> or sign in"),
+                error_body(path, 401, Msg("authentication required: send Authorization: Bearer <token> or sign in"),
+                           headers=headers),
                 status_code=401,
                 headers={"WWW-Authenticate": 'Bearer realm="homeagent"'},
             )
@@ -369,7 +380,7 @@ def build_app(ctx: WebContext, *, vendor: dict[str, Path] | None = None) -> tupl
     async def api_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, ApiError)
         return JSONResponse(
-            error_body(request.url.path, exc.status, exc.message, exc.extra),
+            error_body(request.url.path, exc.status, exc.message, exc.extra, headers=request.headers),
             status_code=exc.status,
             headers=exc.headers,
         )
@@ -386,7 +397,9 @@ def build_app(ctx: WebContext, *, vendor: dict[str, Path] | None = None) -> tupl
 
     async def server_error(request: Request, exc: Exception) -> Response:
         log.exception("web request %s %s failed", request.method, request.url.path, exc_info=exc)
-        return JSONResponse(error_body(request.url.path, 500, f"internal error: {type(exc).__name__}"), status_code=500)
+        body = error_body(request.url.path, 500, Msg("internal error: {kind}", kind=type(exc).__name__),
+                          headers=request.headers)
+        return JSONResponse(body, status_code=500)
 
     routes = [
         Route("/", pages.index, methods=["GET", "HEAD"]),

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from homeagent.msg import Msg
 from homeagent.ratelimit import TokenBucket
 from homeagent.webui.common import ApiError
 
@@ -42,7 +43,8 @@ class TurnSlots:
             self._interrupts.popitem(last=False)
         if not bucket.take():
             err = ApiError(
-                429, f"busy: more than {INTERRUPT_RATE:g} interrupts a second from this client; this one was dropped",
+                429, Msg("busy: more than {rate:g} interrupts a second from this client; this one was dropped",
+                         rate=INTERRUPT_RATE),
                 code="busy",
             )
             err.headers["Retry-After"] = "1"
@@ -58,8 +60,8 @@ class TurnSlots:
         if taken >= limit:
             err = ApiError(
                 429,
-                f"busy: {taken} turns of this client are still queued or running "
-                f"(plugin.webui.max_concurrent_turns = {limit}); wait for one to finish",
+                Msg("busy: {taken} turns of this client are still queued or running "
+                    "(plugin.webui.max_concurrent_turns = {limit}); wait for one to finish", taken=taken, limit=limit),
                 code="busy",
             )
             err.headers["Retry-After"] = "1"

@@ -51,6 +51,7 @@ from typing import Any
 from homeagent.memory.media.blobs import CHUNK, BlobDir, BlobWriter
 from homeagent.memory.media.errors import MediaCorrupt, MediaError, MediaGone, MediaTooLarge, UnknownMedia
 from homeagent.memory.media.sniff import sniff_mime
+from homeagent.msg import Msg
 from homeagent.sqlite_tx import immediate
 
 __all__ = [
@@ -278,25 +279,26 @@ class MediaStore:
         """
         text = str(ref).strip().lower().removeprefix("sha256:")
         if not text or not _HEX.fullmatch(text) or len(text) > 64:
-            raise UnknownMedia(f"{ref!r} is not a media digest (hex sha256, at least {MIN_PREFIX} characters)")
+            raise UnknownMedia(Msg("{ref!r} is not a media digest (hex sha256, at least {min} characters)", ref=ref,
+                                   min=MIN_PREFIX))
         if len(text) < MIN_PREFIX:
-            raise UnknownMedia(f"digest {ref!r} is too short: give at least {MIN_PREFIX} hex characters")
+            raise UnknownMedia(Msg("digest {ref!r} is too short: give at least {min} hex characters", ref=ref, min=MIN_PREFIX))
         if len(text) == 64:
             rows = self._read("SELECT digest FROM blobs WHERE digest = ?", (text,))
         else:
             upper = text[:-1] + chr(ord(text[-1]) + 1)
             rows = self._read("SELECT digest FROM blobs WHERE digest >= ? AND digest < ? LIMIT 2", (text, upper))
         if not rows:
-            raise UnknownMedia(f"no stored media has the digest {text}")
+            raise UnknownMedia(Msg("no stored media has the digest {digest}", digest=text))
         if len(rows) > 1:
-            raise UnknownMedia(f"digest {text} matches more than one media item; give more of it")
+            raise UnknownMedia(Msg("digest {digest} matches more than one media item; give more of it", digest=text))
         return str(rows[0][0])
 
     def info(self, ref: str) -> MediaInfo:
         digest = self.resolve(ref)
         rows = self._read(f"SELECT {_WITH_REFS} FROM blobs WHERE digest = ?", (digest,))
         if not rows:
-            raise UnknownMedia(f"no stored media has the digest {digest}")
+            raise UnknownMedia(Msg("no stored media has the digest {digest}", digest=digest))
         return self._info(rows[0])
 
     def infos(self, refs: Sequence[str]) -> list[MediaInfo]:
@@ -444,10 +446,10 @@ class MediaStore:
         except FileNotFoundError:
             self._set_state(info.digest, "missing")
             log.error("media %s: its file is missing from %s", info.short, self.files.blobs)
-            raise MediaGone(
-                f"media {info.short} ({info.mime}) is missing from disk; its description is kept: "
-                f"{info.description or '(none)'}"
-            ) from None
+            raise MediaGone(Msg(
+                "media {short} ({mime}) is missing from disk; its description is kept: {description}",
+                short=info.short, mime=info.mime, description=info.description or Msg("(none)"),
+            )) from None
         except ValueError as exc:
             raise self._quarantine(info, str(exc)) from None
         now = self._clock()
@@ -460,14 +462,15 @@ class MediaStore:
     def _gone(self, info: MediaInfo) -> MediaGone:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.state_at)) if info.state_at else "?"
         why = {
-            "evicted": f"was evicted by the media GC on {when}; store the file again to bring it back",
-            "quarantined": f"was damaged on disk and moved to {self.files.quarantine_dir} on {when}",
-            "missing": "is missing from disk",
-        }.get(info.state, f"is {info.state}")
-        return MediaGone(
-            f"the bytes of media {info.short} ({info.mime}) {why}; its description is kept: "
-            f"{info.description or '(none)'}"
-        )
+            "evicted": Msg("was evicted by the media GC on {when}; store the file again to bring it back", when=when),
+            "quarantined": Msg("was damaged on disk and moved to {folder} on {when}",
+                               folder=self.files.quarantine_dir, when=when),
+            "missing": Msg("is missing from disk"),
+        }.get(info.state) or Msg("is {state}", state=info.state)
+        return MediaGone(Msg(
+            "the bytes of media {short} ({mime}) {why}; its description is kept: {description}",
+            short=info.short, mime=info.mime, why=why, description=info.description or Msg("(none)"),
+        ))
 
     def _set_state(self, digest: str, state: str) -> None:
         with self._tx() as conn:
@@ -483,12 +486,12 @@ class MediaStore:
                 "UPDATE blobs SET state = 'quarantined', state_at = ?, marked_at = NULL WHERE digest = ?",
                 (self._clock(), info.digest),
             )
-        where = f"moved to {dest}" if dest else "the file was gone"
+        where = Msg("moved to {dest}", dest=dest) if dest else Msg("the file was gone")
         log.error("media %s is damaged (%s); %s (%d references)", info.short, reason, where, info.refs)
-        return MediaCorrupt(
-            f"media {info.short} is damaged on disk ({reason}); {where}. Its description is kept: "
-            f"{info.description or '(none)'}"
-        )
+        return MediaCorrupt(Msg(
+            "media {short} is damaged on disk ({reason}); {where}. Its description is kept: {description}",
+            short=info.short, reason=reason, where=where, description=info.description or Msg("(none)"),
+        ))
 
     def entries(self, *, limit: int = 50, offset: int = 0, state: str | None = None) -> list[MediaInfo]:
         """Newest first, with reference counts."""
@@ -539,7 +542,7 @@ class MediaStore:
             for digest in digests:
                 row = conn.execute(f"SELECT {_WITH_REFS} FROM blobs WHERE digest = ?", (digest,)).fetchone()
                 if row is None:
-                    raise UnknownMedia(f"no stored media has the digest {digest}")
+                    raise UnknownMedia(Msg("no stored media has the digest {digest}", digest=digest))
                 info = self._info(row)
                 if not info.present:
                     raise self._gone(info)

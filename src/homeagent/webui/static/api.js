@@ -1,5 +1,7 @@
 // Talking to /api/v1: the session cookie goes along by itself; writes repeat the CSRF cookie
-// in X-CSRF-Token. A 401 sends the browser back to the sign-in page.
+// in X-CSRF-Token. A 401 sends the browser back to the sign-in page. Every call says the page's
+// language (X-HomeAgent-Lang), so the daemon's error messages come back in it.
+import { currentLang } from "./i18n.js";
 
 export class ApiError extends Error {
   constructor(status, body) {
@@ -23,7 +25,7 @@ function toLogin() {
 }
 
 export function headers(extra = {}, method = "GET") {
-  const h = { ...extra };
+  const h = { "X-HomeAgent-Lang": currentLang(), ...extra };
   if (method !== "GET" && method !== "HEAD") h["X-CSRF-Token"] = cookie("homeagent_csrf");
   return h;
 }

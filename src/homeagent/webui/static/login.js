@@ -33,7 +33,7 @@ document.getElementById("login-form").addEventListener("submit", async (ev) => {
     const res = await fetch("/api/v1/login", {
       method: "POST",
       credentials: "same-origin",
-      headers: { "Content-Type": "application/json" },
+      headers: { "Content-Type": "application/json", "X-HomeAgent-Lang": currentLang() },
       body: JSON.stringify({ token: document.getElementById("token").value.trim() }),
     });
     if (res.ok) { location.href = nextUrl(); return; }
