@@ -149,6 +149,10 @@ async def test_first_run_setup_test_save_reorder_and_the_fallback_note(setup: Se
         await expect(reply.locator(".content")).to_contain_text("main answered")
         await expect(reply.locator(".fallback-note")).to_have_text("Answered by main: backup did not answer.")
         await shot(page, "chat-fallback")
+        await page.reload()  # the note is part of the chat's history
+        reply = page.locator(".msg.assistant").last
+        await expect(reply.locator(".fallback-note")).to_have_text("Answered by main: backup did not answer.")
+        await expect(reply.locator(".content")).to_have_text("main answered")
 
         # remove one
         await page.evaluate("location.hash = '#/setup'")

@@ -168,7 +168,7 @@ async def test_the_transcript_is_what_the_chat_showed(web: Web, fake: FakeOpenAI
                                               json={"text": "mind the tea", "conversation": conv})).status_code == 200
                 if seen[-1]["type"] == "response":
                     break
-        assert seen[0] == {"type": "accepted", "id": seen[0]["id"], "conversation": conv}
+        assert seen[0] == {"type": "accepted", "id": seen[0]["id"], "conversation": conv, "entry": 1, "reply_entry": 2}
         # a reply that is stopped keeps its partial text
         fake.script(Turn.slow("partial " * 100, chunks=100, delay=0.05))
         async with c.stream("POST", "/api/v1/chat/stream", json={"text": "long story", "conversation": conv}) as r:

@@ -47,9 +47,11 @@ def media_data(message: InputMessage) -> builtins.list[dict[str, str]]:
 class TurnRecorder:
     """One turn of a conversation: collects its frames, fills in its reply entry when it ends."""
 
-    def __init__(self, history: TranscriptHistory, conversation: int, reply_entry: int, forward: FrameSink | None):
+    def __init__(self, history: TranscriptHistory, conversation: int, entry: int, reply_entry: int,
+                 forward: FrameSink | None):
         self.history = history
         self.conversation = conversation
+        self.entry = entry  # the owner's message
         self.reply_entry = reply_entry
         self.forward = forward
         self.text: builtins.list[str] = []
@@ -222,7 +224,7 @@ class TranscriptHistory:
             NewEntry("user", message.text, message.id, data, message.ts),
             NewEntry("assistant", "", message.id, {"pending": True}),
         ])
-        recorder = TurnRecorder(self, conversation, added[1].id, message.sink)
+        recorder = TurnRecorder(self, conversation, added[0].id, added[1].id, message.sink)
         message.sink = recorder.sink
         if message.reply is not None:
             message.reply.add_done_callback(recorder.settle)

@@ -277,17 +277,21 @@ class ChatAPI:
         return ok(result.to_dict())
 
     async def _queue(self, client: str, message: InputMessage, future: asyncio.Future[TurnResult],
-                     conversation: Conversation | None, msg_id: str) -> None:
-        """Hold the client's turn slot, record the message in its conversation, then queue it."""
+                     conversation: Conversation | None, msg_id: str) -> dict[str, Any]:
+        """Hold the client's turn slot, record the message in its conversation, then queue it; the ids of the
+        message's and its reply's entries (none outside a conversation)."""
         self.ctx.turns.claim(client, future)
+        entries: dict[str, Any] = {}
         if conversation is not None:
             try:
-                await self.transcripts.begin(conversation.id, message)
+                recorder = await self.transcripts.begin(conversation.id, message)
             except ConversationError:  # deleted since it was looked up: free the slot, nothing runs
                 future.set_result(TurnResult(ok=False, error="conversation deleted", input_id=message.id))
                 raise no_conversation(conversation.id) from None
+            entries = {"conversation": conversation.id, "entry": recorder.entry, "reply_entry": recorder.reply_entry}
         self.dedupe.put(client, msg_id, future)
         self.io.inject(message)
+        return entries
 
     async def send(self, request: Request) -> Response:
         body = await read_object(request)
@@ -324,11 +328,8 @@ class ChatAPI:
             return StreamingResponse(self._replay(existing), media_type="text/event-stream", headers=SSE_HEADERS)
         queue = FrameQueue()
         message, future = self._message(text, sink=queue.sink, media=media, conversation=conversation)
-        frame: dict[str, Any] = {"type": "accepted", "id": message.id, **(accepted or {})}
-        if conversation is not None:
-            frame["conversation"] = conversation.id
-        await self._queue(client, message, future, conversation, msg_id)
-        queue.put(frame)
+        entries = await self._queue(client, message, future, conversation, msg_id)
+        queue.put({"type": "accepted", "id": message.id, **entries, **(accepted or {})})
         return StreamingResponse(
             frame_stream(queue, self.ctx.streams), media_type="text/event-stream", headers=SSE_HEADERS
         )
