@@ -104,10 +104,15 @@ async def test_conversations_keep_their_own_recent_turns_and_share_long_term_mem
         assert "beehives" not in prompt_of(fake, -2)  # not from B's recent turns
         recalled = [m for m in fake.requests[-1].body["messages"] if m["role"] == "tool"]
         assert recalled and "Zed keeps three beehives." in recalled[0]["content"]
+        # what B recalled joins B's recent past (as recalled memory), not A's
+        await say(c, b, "and then?")
+        assert "【recalled memory" in prompt_of(fake) and "three beehives" in prompt_of(fake)
+        await say(c, a, "and in A?")
+        assert "【recalled memory" not in prompt_of(fake)
         listed = (await c.get("/api/v1/conversations")).json()["conversations"]
-        assert [x["id"] for x in listed] == [b, a]  # most recently used first
-        assert listed[1]["title"] == "My name is Zed."  # titled by its first message
-        assert listed[0]["title"] == "Teas" and listed[0]["entries"] == 6
+        assert [x["id"] for x in listed] == [a, b]  # most recently used first
+        assert listed[0]["title"] == "My name is Zed." and listed[0]["entries"] == 8  # titled by its first message
+        assert listed[1]["title"] == "Teas" and listed[1]["entries"] == 8
     scopes = {e.meta.get("group_id", "") for e in web.daemon.context.timeline()}
     assert scopes == {f"conv:{a}", f"conv:{b}", ""}
 
