@@ -426,3 +426,39 @@ async def test_kill_9_keeps_every_conversation(tmp_path: Path) -> None:
             assert "Ink" in (await say(c, other, "what is my name?"))["text"]
     finally:
         await daemon.stop()
+
+
+async def test_an_upload_with_a_message_belongs_to_its_conversation(web: Web, fake: FakeOpenAI) -> None:
+    async with web.client() as c:
+        conv = await new(c)
+        files = {"file": ("notes.txt", b"tea list", "text/plain")}
+        refused = await c.post("/api/v1/chat/file", files=files, data={"message": "look", "conversation": "999"})
+        assert refused.status_code == 404 and "no conversation 999" in refused.json()["error"]
+        assert not await asyncio.to_thread(lambda: list((web.daemon.paths.root / "uploads").glob("*")))
+        done = await c.post("/api/v1/chat/file", files=files, data={"message": "look at this", "conversation": str(conv)})
+        assert done.status_code == 200, done.text
+        shown = await entries(c, conv)
+    assert [e["kind"] for e in shown] == ["user", "assistant"]
+    assert shown[0]["text"].startswith("look at this\n\n[file uploaded in the web UI: notes.txt (8 B)")
+    assert "notes.txt" in prompt_of(fake)
+
+
+def test_the_store_refuses_a_newer_schema_and_keeps_it(tmp_path: Path) -> None:
+    import sqlite3
+
+    from homeagent.conversations import ConversationError, ConversationStore
+    from homeagent.conversations.store import SCHEMA_VERSION
+
+    store = ConversationStore(tmp_path / "conversations.db")
+    assert store.schema_version() == SCHEMA_VERSION
+    conv = store.create("kept")
+    store.add(conv.id, [NewEntry("user", "hello")])
+    store.close()
+    db = sqlite3.connect(tmp_path / "conversations.db")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.close()
+    with pytest.raises(ConversationError, match="newer than this HomeAgent understands"):
+        ConversationStore(tmp_path / "conversations.db")
+    db = sqlite3.connect(tmp_path / "conversations.db")
+    assert db.execute("SELECT text FROM entries").fetchall() == [("hello",)]  # untouched
+    db.close()

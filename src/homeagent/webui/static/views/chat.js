@@ -49,6 +49,7 @@ export async function mount(root) {
   let loadingOlder = false;
   let shown = 0;          // which open()/startNew() is the latest: an earlier one that ends later draws nothing
   let stream = null;      // the turn this page streams: {conv, controller}
+  let mounted = true;     // false once the user went to another page: late answers then change nothing here
   let files = [];
   let picked;
   const chosen = new Promise((resolve) => { picked = resolve; });  // the conversation is known (not its entries)
@@ -84,8 +85,6 @@ export async function mount(root) {
       exportJson.href = `/api/v1/conversations/${conv.id}/export?format=json`;
     }
   }
-
-  let mounted = true;
 
   function remember(id) {
     if (!mounted) return;  // a page read that ends after the user went elsewhere must not move the address back
