@@ -232,6 +232,12 @@ async def test_skills_install_from_a_folder_and_switch_off(setup: Setup, tmp_pat
 
 
 async def test_phone_width_layout(setup: Setup) -> None:
+    config = setup.web.daemon.config
+    if not config.get("core.llm.sources.main.base_url"):  # run apart from the first test (another xdist worker)
+        for key, value in (("adapter", "openai"), ("base_url", setup.fake.base_url), ("model", "gpt-fake"),
+                           ("api_key", "sk-right-key")):
+            config.set(f"core.llm.sources.main.{key}", value)
+        await setup.web.daemon.llm.reload()
     context, page = await setup.page(width=375, height=740)
     try:
         await page.goto(setup.web.url + "#/plugins")
