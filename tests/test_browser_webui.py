@@ -296,10 +296,11 @@ async def test_a_message_sent_while_history_loads_stays_last(stack: Stack) -> No
 
     try:
         assert (await context.request.post(stack.web.url + "api/v1/login", data={"token": stack.web.token})).ok
-        await stack.web.daemon.io.inject_sync("webui", "webui", "an earlier message")  # history is not empty
-        await stack.web.daemon.textlog.flush()
-        await page.route("**/api/v1/chat/history*", slow_history)
-        await page.goto(stack.web.url + "#/chat")
+        async with stack.web.client() as c:  # a conversation that has a message already
+            conv = (await c.post("/api/v1/conversations", json={"title": "earlier"})).json()["id"]
+            assert (await c.post("/api/v1/chat", json={"text": "an earlier message", "conversation": conv})).is_success
+        await page.route("**/api/v1/conversations/*/entries*", slow_history)
+        await page.goto(stack.web.url + f"#/chat/{conv}")
         await asyncio.wait_for(history_asked.wait(), 15)
         await send(page, "sent before the history came")
         await expect(page.locator(".msg.user").last).to_contain_text("sent before the history came")

@@ -187,11 +187,11 @@ async def test_images_show_in_the_bubbles_live_and_after_a_reload(daemon: Daemon
             await proactive.wait_for()
             await shown_at_width(page, proactive, 50)
 
-            # after a reload the user's upload is shown again, from the marker the text log kept
+            # after a reload all three are drawn again, from the conversation's transcript
             await page.reload()
-            again = page.locator(".msg.user .attachment.image img").first
-            await again.wait_for()
-            await shown_at_width(page, again, 40)
+            await shown_at_width(page, page.locator(".msg.user .attachment.image img").first, 40)
+            await shown_at_width(page, page.locator(".tool-media[data-tool='webtest_screenshot'] img").first, 64)
+            await shown_at_width(page, page.locator(".msg.proactive .attachment.image img").last, 50)
             assert not errors
     finally:
         await web.server.close()

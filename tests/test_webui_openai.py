@@ -70,3 +70,52 @@ async def test_openai_errors_use_openai_shapes(web: Web) -> None:
             await oa.chat.completions.create(model="homeagent", messages=[])
     # the memory stays clean: OpenAI-compatible calls are kept out of it (channel http, no_memory)
     assert web.daemon.agent.turns == 0
+
+
+async def test_each_openai_chat_is_a_conversation_of_its_own(web: Web) -> None:
+    """A client's chat maps onto one conversation (header, ``user``, or the hash of its first messages), which
+    keeps its own recent turns (the offline model answers from its prompt) and shows in the web UI's list."""
+    first = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "my name is Zed"}]
+    async with web.client() as c:
+        one = await c.post("/v1/chat/completions", json={"model": "homeagent", "messages": first})
+        assert one.status_code == 200, one.text
+        conv = int(one.headers["X-HomeAgent-Conversation"])
+        # the same chat, resent whole with the next message (as OpenAI clients do): the same conversation
+        follow = [*first, one.json()["choices"][0]["message"], {"role": "user", "content": "what is my name?"}]
+        two = await c.post("/v1/chat/completions", json={"model": "homeagent", "messages": follow})
+        assert int(two.headers["X-HomeAgent-Conversation"]) == conv
+        assert "Your name is Zed." in two.json()["choices"][0]["message"]["content"]
+        # another chat (another first message) does not see it
+        other = await c.post("/v1/chat/completions", json={"model": "homeagent",
+                                                            "messages": [{"role": "user", "content": "what is my name?"}]})
+        assert int(other.headers["X-HomeAgent-Conversation"]) != conv
+        assert "Zed" not in other.json()["choices"][0]["message"]["content"]
+        # one conversation per `user`
+        for user, text in (("alice", "my name is Alice"), ("bob", "my name is Bob")):
+            await c.post("/v1/chat/completions", json={"model": "homeagent", "user": user,
+                                                        "messages": [{"role": "user", "content": text}]})
+        asked = await c.post("/v1/chat/completions", json={"model": "homeagent", "user": "alice",
+                                                            "messages": [{"role": "user", "content": "what is my name?"}]})
+        assert "Your name is Alice." in asked.json()["choices"][0]["message"]["content"]
+        # the header names a web conversation: the turn goes there, streamed too
+        made = (await c.post("/api/v1/conversations", json={"title": "from the web"})).json()["id"]
+        async with client(web) as oa:
+            stream = await oa.chat.completions.create(
+                model="homeagent", stream=True, messages=[{"role": "user", "content": "zorbl pinned"}],
+                extra_headers={"X-HomeAgent-Conversation": str(made)})
+            text = "".join([ch.choices[0].delta.content or "" async for ch in stream if ch.choices])
+        assert "zorbl pinned" in text
+        pinned = (await c.get(f"/api/v1/conversations/{made}/entries")).json()["entries"]
+        assert [e["kind"] for e in pinned] == ["user", "assistant"] and pinned[1]["text"] == text
+        listed = {x["id"]: x for x in (await c.get("/api/v1/conversations")).json()["conversations"]}
+        assert listed[conv]["origin"] == "openai" and listed[conv]["title"] == "my name is Zed"
+        assert listed[conv]["entries"] == 4 and listed[made]["origin"] == "web"
+        assert len(listed) == 5  # the two chats, alice, bob, and the web one
+    async with client(web) as oa:
+        with pytest.raises(openai.NotFoundError) as missing:
+            await oa.chat.completions.create(model="homeagent", messages=[{"role": "user", "content": "hi"}],
+                                             extra_headers={"X-HomeAgent-Conversation": "424242"})
+        assert "no conversation 424242" in str(missing.value)
+        with pytest.raises(openai.BadRequestError):
+            await oa.chat.completions.create(model="homeagent", messages=[{"role": "user", "content": "hi"}],
+                                             extra_headers={"X-HomeAgent-Conversation": "zed"})

@@ -41,6 +41,7 @@ from homeagent.config.defaults import DATA_PATH_KEYS
 from homeagent.confine import Sandbox, SandboxSettings
 from homeagent.console import ConsoleLogHandler, say
 from homeagent.control import ConfigControl
+from homeagent.conversations import ConversationStore, TranscriptHistory
 from homeagent.datalock import AlreadyRunning, DataDirLock
 from homeagent.events import EventBus
 from homeagent.io.channels import OutputChannels
@@ -170,6 +171,7 @@ class Daemon:
         await self._start_approvals()
         self.startup.done(APPROVALS)
         await self._start_memory()
+        await self._start_conversations()
         self.startup.done(MEMORY)
 
         settings = TurnSettings(
@@ -463,6 +465,15 @@ class Daemon:
         # Loading models and dictionaries takes seconds: do it in the background so the socket is up at once.
         self._warmup = asyncio.get_running_loop().create_task(self._warm_memory(analyzer), name="memory-warmup")
 
+    async def _start_conversations(self) -> None:
+        """The web chat's conversations (``conversations.db``); each is a chat scope of the context window."""
+        path = self.paths.root / "conversations.db"
+        store = await self._open_store(
+            path, "conversations", lambda: asyncio.to_thread(ConversationStore, path),
+            kept="memory (the context window, documents, graph) and the text log are",
+        )
+        self.conversations = await TranscriptHistory.open(store, self.context)
+
     async def _start_media(self) -> None:
         """The media store when ``core.memory.media.enabled`` (read once, at start); else None and media is text."""
         cfg = self.config
@@ -643,6 +654,7 @@ class Daemon:
             adapters=self.llm.adapters,
             approvals=self.approvals,
             textlog=self.textlog,
+            conversations=self.conversations,
             plugins=self.plugins,
             context=self.context,
             documents=self.docs,
@@ -896,6 +908,7 @@ class Daemon:
             ("plugins", lambda: self.plugins.stop_all()),
             ("plugin processes", lambda: self.supervisor.close()),
             ("sandbox", lambda: self.sandbox.close()),
+            ("conversations", lambda: self.conversations.close()),
             ("memory", lambda: self._stop_memory()),
             ("text log", lambda: self.textlog.close()),
             ("llm", lambda: self.llm.close()),
@@ -921,7 +934,7 @@ class Daemon:
         self.lock.release()
 
     def _has(self, name: str) -> bool:
-        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "chat approvals": "chat_approvals", "plugin processes": "supervisor", "sandbox": "sandbox", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
+        attr = {"socket": "socket", "agent": "agent", "plugins": "plugins", "subagents": "subagents", "approvals": "approvals", "chat approvals": "chat_approvals", "plugin processes": "supervisor", "sandbox": "sandbox", "conversations": "conversations", "memory": "cleaners", "text log": "textlog", "llm": "llm", "events": "events"}[name]
         return hasattr(self, attr)
 
 

@@ -37,9 +37,14 @@ class Web:
         return client, response.json()["csrf"]
 
 
-async def start_web(daemon: Daemon) -> Web:
-    """The web UI on ``daemon``'s own wiring (:meth:`Daemon.web_host`), on a free loopback port."""
+async def start_web(daemon: Daemon, *, again: bool = False) -> Web:
+    """The web UI on ``daemon``'s own wiring (:meth:`Daemon.web_host`), on a free loopback port.
+
+    ``again``: the data directory had a web UI before (a restart), so the token is rotated to be known here.
+    """
     server = await start_webui(daemon.web_host(), listen="127.0.0.1:0")
+    if again:
+        return Web(daemon, server, server.ctx.tokens.rotate())
     assert server.new_token, "a fresh data directory gets a new token"
     return Web(daemon, server, server.new_token)
 

@@ -133,6 +133,7 @@ class _Turn:
     tool_media_digests: list[str] = field(default_factory=list)  # stored media of tools (the agent event's refs)
     tool_media_lines: list[str] = field(default_factory=list)  # their marker lines, as memory keeps them
     unseen: list[UnseenImage] = field(default_factory=list)  # the input's images the model got as text (media_look)
+    partial: list[str] = field(default_factory=list)  # reply text streamed since the last interrupt: kept on a stop
     refused_rounds: int = 0  # rounds whose every call the approval gate refused
 
     async def frame(self, frame: dict[str, Any]) -> None:
@@ -217,7 +218,8 @@ class TurnRunner:
         except asyncio.CancelledError:
             if asyncio.current_task() is not None:
                 asyncio.current_task().uncancel()  # type: ignore[union-attr]
-            await turn.frame({"type": "content_delta", "text": "", "reset": True})
+            # no reset frame: the text streamed so far stays on the client's screen, marked stopped, and the
+            # response frame carries it as "partial" (the reply itself is empty: memory keeps no half answer)
             return await self._end(ctx, turn, "", interrupted=True, error="turn interrupted")
         except ProviderError as exc:
             log.warning("turn %s: %s", message.id, exc.describe())
@@ -361,6 +363,7 @@ class TurnRunner:
                     turn.reasoning.append(chunk.reasoning)
                     await turn.frame({"type": "reasoning_delta", "text": chunk.reasoning})
                 if chunk.content:
+                    turn.partial.append(chunk.content)
                     await turn.frame({"type": "content_delta", "text": chunk.content})
 
             task: asyncio.Task[ChatResponse] = asyncio.get_running_loop().create_task(self.run_llm(request, on_chunk))
@@ -373,6 +376,7 @@ class TurnRunner:
                     task.cancel()
                     raise
                 log.info("turn %s: LLM call interrupted; retrying with the interrupt text", turn.message.id)
+                turn.partial.clear()
                 await turn.frame({"type": "content_delta", "text": "", "reset": True})
                 continue
             finally:
@@ -600,6 +604,7 @@ class TurnRunner:
             interrupted=interrupted,
             input_id=message.id,
             fallback_from=turn.fallback_from,
+            partial="".join(turn.partial) if interrupted else "",
         )
         try:  # durable before the reply is delivered: an acknowledged turn survives kill -9
             await self.memory.record(
@@ -666,6 +671,7 @@ class TurnRunner:
                     "usage": result.usage,
                     "source": result.source,
                     "fallback_from": result.fallback_from,
+                    **({"partial": result.partial} if result.partial else {}),
                 }
             )
             return

@@ -41,6 +41,7 @@ class TurnResult:
     interrupted: bool = False
     input_id: str = ""
     fallback_from: str = ""  # set when a fallback LLM source answered instead of the first in line
+    partial: str = ""  # a stopped turn: the reply text streamed before the stop (``text`` stays empty)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class TurnResult:
             "interrupted": self.interrupted,
             "id": self.input_id,
             "fallback_from": self.fallback_from,
+            **({"partial": self.partial} if self.partial else {}),
         }
 
 

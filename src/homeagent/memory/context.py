@@ -32,7 +32,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -242,6 +242,39 @@ class RelevanceContext:
         if limit is not None:
             return messages[-limit:] if limit > 0 else []
         return messages
+
+    def forget_inputs(self, input_ids: Collection[str]) -> int:
+        """Take the events of these inputs out of the window; how many there were.
+
+        Why: editing a message of a web conversation, or regenerating its last
+        reply, continues the conversation from that message, so the turns after
+        it must leave the model's recent past too (``to_messages``). Only the
+        window forgets: what already sank into documents stays in long-term
+        memory. Events recorded before they carried their input id are not found.
+        """
+        wanted = {i for i in input_ids if i}
+        if not wanted:
+            return 0
+        with self._lock:
+            gone = {e.id for e in self._events if e.meta.get("input_id") in wanted}
+            if not gone:
+                return 0
+            pairs = [(e, t) for e, t in zip(self._events, self._ts_keys, strict=True) if e.id not in gone]
+            self._events = [e for e, _ in pairs]
+            self._ts_keys = [t for _, t in pairs]
+            for event_id in gone:
+                self._index.remove(event_id)
+                self._memtext.pop(event_id, None)
+            self._journal.remove(sorted(gone))
+        self._mark_dirty()
+        return len(gone)
+
+    async def aforget_inputs(self, input_ids: Collection[str]) -> int:
+        """``forget_inputs``, returning once the removal is on disk."""
+        removed = self.forget_inputs(input_ids)
+        if removed:
+            await self.durable()
+        return removed
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -573,8 +606,9 @@ class ContextTurnMemory:
         common: dict[str, Any] = {"channel": turn.channel, "source": turn.source, "no_memory": turn.no_memory}
         speaker = turn.speaker
         # "person": whose private conversation the turn belongs to (to_messages); both events carry it
+        # "input_id": which input the events answer, so a conversation's edit can take them back out
         meta = {key: value for key, value in (("user_id", turn.user_id), ("group_id", turn.group_id),
-                                              ("person", speaker)) if value}
+                                              ("person", speaker), ("input_id", turn.input_id)) if value}
         digests = list(turn.media_digests)
         if turn.user_text:
             said = {**meta, "speaker": speaker} if speaker else dict(meta)  # who said it, when it sinks into L2

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from homeagent.io.origin import current_origin
 from homeagent.memory.cleaners import drop_output
 from homeagent.memory.context import ContextEvent, RelevanceContext
 from homeagent.memory.documents import Doc, DocDraft, DocumentStore, excerpt, iso
@@ -61,6 +62,10 @@ def doc_tools(
             return {"isError": True, "content": "'top_k' must be an integer"}
         top_k = max(1, min(top_k, MAX_TOP_K))
         found = await docs.aquery(query, top_k, touch=False)  # found, not yet removed: L1 first
+        # recalled in a chat scope (a group, a web conversation): it joins that chat's recent past, where it was
+        # asked for; recalled outside any, it stays outside every one, as before
+        origin = current_origin()
+        scope = {"group_id": origin.group_id} if origin is not None and origin.group_id else {}
         for d in found:
             context.append(
                 ContextEvent(
@@ -69,7 +74,7 @@ def doc_tools(
                     source="cold_storage",
                     ts=d.ts,
                     meta={"doc_id": d.id, "summary": d.summary, "tags": d.tags, "doc_source": d.source,
-                          "speaker": d.speaker, "session": d.session},
+                          "speaker": d.speaker, "session": d.session, **scope},
                 )
             )
         found = await take_from_l2(found)

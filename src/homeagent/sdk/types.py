@@ -278,7 +278,9 @@ class Origin:
     """Where the input of the running turn came from: the channel, and which person or group there.
 
     A tool that arranges something for later (a timer) keeps it, so the later
-    reply reaches the same place (``InjectOptions.deliver_to``).
+    reply reaches the same place (``InjectOptions.deliver_to``). On the web UI
+    (and the OpenAI-compatible endpoint) ``group_id`` is the conversation,
+    ``conv:<id>``: passed back, the reply lands in that conversation.
     """
 
     channel: str

@@ -26,11 +26,12 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.types import Message, Receive
 
+from homeagent.conversations import Conversation, ConversationError, scope_of
 from homeagent.io.manager import InputMessage, TurnResult
 from homeagent.memory.media import MediaError, marker
 from homeagent.sdk.types import InjectOptions, MediaBlock
 from homeagent.webui.common import ApiError, Op, WebContext, field_str, ok, principal_of, query_int, read_object
-from homeagent.webui.host import InputQueue
+from homeagent.webui.host import ConversationLog, InputQueue
 from homeagent.webui.sse import SSE_HEADERS, FrameQueue, frame_stream, sse
 
 log = logging.getLogger("homeagent.webui")
@@ -117,6 +118,28 @@ def _human(size: int) -> str:
     return f"{size} B"
 
 
+CONVERSATION_FIELD = {
+    "type": "integer",
+    "description": "the conversation this message belongs to (POST /api/v1/conversations makes one): the turn "
+    "sees that conversation's recent turns only, and the chat's transcript records it; without it the turn is "
+    "outside every conversation, like the terminal's",
+}
+
+
+def no_conversation(conversation: int) -> ApiError:
+    return ApiError(404, f"no conversation {conversation} (deleted, or never made); GET /api/v1/conversations "
+                    "lists them", conversation=conversation)
+
+
+def conversation_id(value: Any) -> int:
+    """A conversation id from a JSON body or form field: a whole number (digits in a string are taken too)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63:
+        return value
+    raise ApiError(400, "'conversation' must be a conversation id (a whole number)", field="conversation")
+
+
 class ChatAPI:
     def __init__(self, ctx: WebContext) -> None:
         self.ctx = ctx
@@ -125,6 +148,20 @@ class ChatAPI:
     @property
     def io(self) -> InputQueue:
         return self.ctx.daemon.io
+
+    @property
+    def transcripts(self) -> ConversationLog:
+        return self.ctx.daemon.conversations
+
+    async def conversation(self, value: Any) -> Conversation | None:
+        """The conversation a request names (None when it names none); 404 for one that does not exist."""
+        if value is None:
+            return None
+        cid = conversation_id(value)
+        found = await self.transcripts.get(cid)
+        if found is None:
+            raise no_conversation(cid)
+        return found
 
     def timeout(self) -> float:
         return self.ctx.config.get_duration("plugin.webui.chat_timeout", 300.0)
@@ -138,6 +175,7 @@ class ChatAPI:
             "required": ["text"],
             "properties": {
                 "text": {"type": "string", "description": "the message"},
+                "conversation": CONVERSATION_FIELD,
                 "client_msg_id": {"type": "string", "description": "makes the send idempotent for this client"},
                 "media": {"type": "array", "items": {"type": "string"}, "maxItems": 10,
                           "description": "digests of uploads kept in the media store (POST /api/v1/chat/file "
@@ -173,6 +211,7 @@ class ChatAPI:
                     "properties": {
                         "file": {"type": "array", "items": {"type": "string", "format": "binary"}},
                         "message": {"type": "string"},
+                        "conversation": {"type": "string", "description": "the conversation id (as text)"},
                         "client_msg_id": {"type": "string"},
                         "inject": {
                             "type": "string",
@@ -196,7 +235,8 @@ class ChatAPI:
                 self.interrupt,
                 "Interrupt text: cancels the LLM call in flight; the model sees it before its next call",
                 "chat",
-                body={"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
+                body={"type": "object", "required": ["text"],
+                      "properties": {"text": {"type": "string"}, "conversation": CONVERSATION_FIELD}},
             ),
             Op("POST", "/api/v1/chat/cancel", self.cancel, "Stop the running turn", "chat"),
             Op("GET", "/api/v1/uploads/{name}", self.download, "Download an uploaded file", "chat"),
@@ -204,10 +244,12 @@ class ChatAPI:
 
     # ------------------------------------------------------------ send
     def _message(
-        self, text: str, *, sink: Any = None, media: list[MediaBlock] | None = None
+        self, text: str, *, sink: Any = None, media: list[MediaBlock] | None = None,
+        conversation: Conversation | None = None,
     ) -> tuple[InputMessage, asyncio.Future[TurnResult]]:
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
-        message = InputMessage(text, SOURCE, CHANNEL, InjectOptions(), sink=sink, reply=future, media=media or [])
+        options = InjectOptions(group_id=scope_of(conversation.id)) if conversation is not None else InjectOptions()
+        message = InputMessage(text, SOURCE, CHANNEL, options, sink=sink, reply=future, media=media or [])
         return message, future
 
     async def _media_field(self, body: dict[str, Any]) -> list[MediaBlock]:
@@ -234,19 +276,35 @@ class ChatAPI:
             ) from None
         return ok(result.to_dict())
 
+    async def _queue(self, client: str, message: InputMessage, future: asyncio.Future[TurnResult],
+                     conversation: Conversation | None, msg_id: str) -> dict[str, Any]:
+        """Hold the client's turn slot, record the message in its conversation, then queue it; the ids of the
+        message's and its reply's entries (none outside a conversation)."""
+        self.ctx.turns.claim(client, future)
+        entries: dict[str, Any] = {}
+        if conversation is not None:
+            try:
+                recorder = await self.transcripts.begin(conversation.id, message)
+            except ConversationError:  # deleted since it was looked up: free the slot, nothing runs
+                future.set_result(TurnResult(ok=False, error="conversation deleted", input_id=message.id))
+                raise no_conversation(conversation.id) from None
+            entries = {"conversation": conversation.id, "entry": recorder.entry, "reply_entry": recorder.reply_entry}
+        self.dedupe.put(client, msg_id, future)
+        self.io.inject(message)
+        return entries
+
     async def send(self, request: Request) -> Response:
         body = await read_object(request)
         text = field_str(body, "text", max_len=MAX_TEXT)
         msg_id = field_str(body, "client_msg_id", required=False, max_len=200)
         media = await self._media_field(body)
+        conversation = await self.conversation(body.get("conversation"))
         client = principal_of(request).key
         existing = self.dedupe.get(client, msg_id)
         if existing is not None:
             return await self._wait(existing, "")
-        message, future = self._message(text, media=media)
-        self.ctx.turns.claim(client, future)
-        self.dedupe.put(client, msg_id, future)
-        self.io.inject(message)
+        message, future = self._message(text, media=media, conversation=conversation)
+        await self._queue(client, message, future, conversation, msg_id)
         return await self._wait(future, message.id)
 
     async def stream(self, request: Request) -> Response:
@@ -254,6 +312,14 @@ class ChatAPI:
         text = field_str(body, "text", max_len=MAX_TEXT)
         msg_id = field_str(body, "client_msg_id", required=False, max_len=200)
         media = await self._media_field(body)
+        conversation = await self.conversation(body.get("conversation"))
+        return await self.stream_turn(request, text, media=media, conversation=conversation, msg_id=msg_id)
+
+    async def stream_turn(
+        self, request: Request, text: str, *, media: list[MediaBlock], conversation: Conversation | None,
+        msg_id: str = "", accepted: dict[str, Any] | None = None,
+    ) -> Response:
+        """Start a turn and answer its frames as SSE (``accepted`` first, with ``accepted``'s extra fields)."""
         client = principal_of(request).key
         if self.ctx.streams.full():
             raise ApiError(503, "too many open streams; try again shortly")
@@ -261,11 +327,9 @@ class ChatAPI:
         if existing is not None:
             return StreamingResponse(self._replay(existing), media_type="text/event-stream", headers=SSE_HEADERS)
         queue = FrameQueue()
-        message, future = self._message(text, sink=queue.sink, media=media)
-        self.ctx.turns.claim(client, future)
-        queue.put({"type": "accepted", "id": message.id})
-        self.dedupe.put(client, msg_id, future)
-        self.io.inject(message)
+        message, future = self._message(text, sink=queue.sink, media=media, conversation=conversation)
+        entries = await self._queue(client, message, future, conversation, msg_id)
+        queue.put({"type": "accepted", "id": message.id, **entries, **(accepted or {})})
         return StreamingResponse(
             frame_stream(queue, self.ctx.streams), media_type="text/event-stream", headers=SSE_HEADERS
         )
@@ -288,8 +352,18 @@ class ChatAPI:
     async def interrupt(self, request: Request) -> Response:
         body = await read_object(request)
         text = field_str(body, "text", max_len=MAX_TEXT)
+        conversation = await self.conversation(body.get("conversation"))
         self.ctx.turns.interrupt(principal_of(request).key)
-        input_id = self.io.inject_interrupt_text(SOURCE, CHANNEL, text)
+        # in a conversation the interrupt names its chat: it joins a running turn of that conversation only;
+        # otherwise it waits, becomes its own input, and its answer comes back to this conversation
+        options = (InjectOptions(deliver_to=CHANNEL, group_id=scope_of(conversation.id))
+                   if conversation is not None else None)
+        input_id = self.io.inject_interrupt_text(SOURCE, CHANNEL, text, options=options)
+        if conversation is not None:
+            try:
+                await self.transcripts.interrupt(conversation.id, text, input_id)
+            except ConversationError:
+                raise no_conversation(conversation.id) from None
         return ok({"id": input_id, "busy": bool(self.ctx.daemon.agent.busy)})
 
     async def cancel(self, request: Request) -> Response:
@@ -334,6 +408,9 @@ class ChatAPI:
             msg_id = form.get("client_msg_id")
             msg_id = msg_id[:200] if isinstance(msg_id, str) else ""
             inject = str(form.get("inject", "true")).lower() not in ("false", "0", "no")
+            raw_conversation = form.get("conversation")
+            conversation = (await self.conversation(raw_conversation)
+                            if inject and isinstance(raw_conversation, str) and raw_conversation else None)
             client = principal_of(request).key
             existing = self.dedupe.get(client, msg_id) if inject else None
             if existing is not None:  # a retry of an upload that already started its turn
@@ -347,15 +424,13 @@ class ChatAPI:
         text = f"{message.strip()}\n\n{notes}" if message.strip() else notes
         blocks = [MediaBlock(mime=f["media"]["mime"], digest=f["media"]["digest"], description=f["media"]["description"])
                   for f in saved if f["media"] is not None]
-        chat_message, future = self._message(text, media=blocks)
+        chat_message, future = self._message(text, media=blocks, conversation=conversation)
         try:
-            self.ctx.turns.claim(client, future)
+            await self._queue(client, chat_message, future, conversation, msg_id)
         except ApiError as exc:  # the files are kept: say where, so a retry can refer to them
             exc.extra["files"] = saved
             raise
         input_id = chat_message.id
-        self.dedupe.put(client, msg_id, future)
-        self.io.inject(chat_message)
         try:
             result = await asyncio.wait_for(asyncio.shield(future), self.timeout())
         except TimeoutError:

@@ -179,6 +179,22 @@ async def read_json(request: Request, *, limit: int = MAX_JSON_BYTES) -> Any:
     raw = await read_body(request, limit=limit)
     if not raw.strip():
         raise ApiError(400, Msg("a JSON body is required"))
+    return parse_json(raw)
+
+
+async def read_optional_object(request: Request) -> dict[str, Any]:
+    """A JSON object body where the body may be left out (``{}`` then)."""
+    raw = await read_body(request)
+    if not raw.strip():
+        return {}
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise ApiError(400, Msg("expected a JSON object, got {kind}", kind=type(body).__name__))
+    return body
+
+
+def parse_json(raw: bytes) -> Any:
+    """JSON bytes, or ApiError 400 with the parser's reason."""
     try:
         # lone surrogates become U+FFFD here, once, for every JSON body (chat, OpenAI-compatible, management)
         return loads(raw)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from homeagent.approvals import ApprovalBroker
     from homeagent.config import ConfigRegistry
+    from homeagent.conversations import Conversation, Entry, TurnRecorder
     from homeagent.events import EventBus
     from homeagent.io.manager import InputMessage
     from homeagent.knowledge.base import KnowledgeHit, KnowledgeInfo
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from homeagent.paths import DataPaths
     from homeagent.providers.adapter import Adapter
     from homeagent.providers.adapter_loader import AdapterInfo
-    from homeagent.sdk.types import OutputCap, ToolDef
+    from homeagent.sdk.types import InjectOptions, OutputCap, ToolDef
     from homeagent.webui.common import MediaLibrary
 
 RPCMethod = Callable[[dict[str, Any]], Any]
@@ -44,7 +45,9 @@ class InputQueue(Protocol):
 
     def inject(self, message: InputMessage) -> str: ...
 
-    def inject_interrupt_text(self, source: str, channel: str, text: str) -> str: ...
+    def inject_interrupt_text(
+        self, source: str, channel: str, text: str, *, options: InjectOptions | None = None
+    ) -> str: ...
 
 
 class AgentControl(Protocol):
@@ -62,6 +65,42 @@ class TranscriptLog(Protocol):
     async def flush(self) -> None: ...
 
     def read_recent(self, limit: int = 50) -> list[dict[str, Any]]: ...
+
+
+class ConversationLog(Protocol):
+    """The conversations (``conversations.db``): what the chat showed, and the recording of each turn."""
+
+    async def create(self, title: str = "") -> Conversation: ...
+
+    async def get(self, conversation: int) -> Conversation | None: ...
+
+    async def for_external(self, key: str, title: str) -> tuple[Conversation, bool]: ...
+
+    async def list(self, query: str = "", limit: int = 100) -> builtins.list[Conversation]: ...
+
+    async def rename(self, conversation: int, title: str) -> Conversation | None: ...
+
+    async def delete(self, conversation: int) -> bool: ...
+
+    async def page(
+        self, conversation: int, *, before: int | None = None, limit: int = 50
+    ) -> tuple[builtins.list[Entry], bool]: ...
+
+    async def entries(self, conversation: int) -> builtins.list[Entry]: ...
+
+    async def entry(self, conversation: int, entry_id: int) -> Entry | None: ...
+
+    async def last_of(self, conversation: int, kind: str) -> Entry | None: ...
+
+    def running(self, conversation: int) -> bool: ...
+
+    async def begin(self, conversation: int, message: InputMessage) -> TurnRecorder: ...
+
+    async def interrupt(self, conversation: int, text: str, input_id: str) -> Entry: ...
+
+    async def proactive(self, conversation: int | None, text: str, data: dict[str, Any]) -> Entry: ...
+
+    async def truncate(self, conversation: int, from_entry: int) -> tuple[builtins.list[Entry], int]: ...
 
 
 class ToolList(Protocol):
@@ -212,6 +251,7 @@ class WebHost:
     adapters: AdapterFiles
     approvals: ApprovalBroker
     textlog: TranscriptLog
+    conversations: ConversationLog
     plugins: PluginManager
     context: ContextWindow
     documents: DocumentLibrary

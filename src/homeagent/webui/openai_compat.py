@@ -7,11 +7,20 @@ HTTP channel); the rest of ``messages`` is ignored. The reply comes back as a
 SSE ending in ``data: [DONE]``. Reasoning is sent as ``reasoning_content``
 (the field DeepSeek-style clients read); tool calls stay internal to the
 agent.
+
+Each request belongs to a HomeAgent conversation, so a client's chat keeps
+its own recent turns and shows up in the web UI's list (:func:`conversation_key`):
+the ``X-HomeAgent-Conversation`` header names one by id; else the request's
+``user`` field maps to one conversation per user; else the hash of the
+request's first system and user messages does, which is the same for every
+request of one chat, since OpenAI clients send the whole chat each time. The
+answer's ``X-HomeAgent-Conversation`` header says which conversation it was.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 import uuid
@@ -21,6 +30,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from homeagent.conversations import Conversation, ConversationError, scope_of
 from homeagent.io.manager import InputMessage, TurnResult
 from homeagent.memory.media.inputs import check_blocks
 from homeagent.sdk.types import InjectOptions, MediaBlock
@@ -30,6 +40,33 @@ from homeagent.webui.sse import SSE_HEADERS, FrameQueue
 MODEL = "homeagent"
 CHANNEL = "http"
 SOURCE = "openai"
+HEADER = "X-HomeAgent-Conversation"
+MAX_USER = 200
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def conversation_key(messages: list[Any], user: Any) -> str:
+    """Which conversation a request without the header belongs to: ``user:<user>``, else
+    ``hash:<sha256 of the first system and first user message>`` (the same for every request of one chat)."""
+    if isinstance(user, str) and user.strip():
+        if len(user) > MAX_USER:
+            raise ApiError(400, f"'user' is at most {MAX_USER} characters", type="invalid_request_error", param="user")
+        return f"user:{user.strip()}"
+    first = {role: next((_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == role),
+                        "") for role in ("system", "user")}
+    digest = hashlib.sha256(json.dumps([first["system"], first["user"]], ensure_ascii=False).encode()).hexdigest()
+    return f"hash:{digest[:32]}"
+
+
+def first_user_text(messages: list[Any]) -> str:
+    return next((_text(m.get("content")) for m in messages if isinstance(m, dict) and m.get("role") == "user"), "")
 
 
 def last_user_text(messages: Any) -> str:
@@ -109,6 +146,9 @@ class OpenAICompat:
                         "model": {"type": "string"},
                         "messages": {"type": "array", "items": {"type": "object"}},
                         "stream": {"type": "boolean"},
+                        "user": {"type": "string", "description": "one HomeAgent conversation per user value "
+                                 "(without it and without the X-HomeAgent-Conversation header: one per chat, "
+                                 "by the hash of its first messages)"},
                     },
                 },
             ),
@@ -129,13 +169,15 @@ class OpenAICompat:
         media = last_user_media(body["messages"], self.ctx.config.get_int("core.memory.media.max_bytes", 20 << 20))
         model = str(body.get("model") or MODEL)[:100]
         stream = bool(body.get("stream", False))
+        conversation = await self._conversation(request, body)
         future: asyncio.Future[TurnResult] = asyncio.get_running_loop().create_future()
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        options = InjectOptions(no_memory=True, meta={"openai_model": model})
+        options = InjectOptions(no_memory=True, meta={"openai_model": model}, group_id=scope_of(conversation.id))
         client = principal_of(request).key
+        pinned = {HEADER: str(conversation.id)}
         if not stream:
-            self.ctx.turns.claim(client, future)
-            self.ctx.daemon.io.inject(InputMessage(text, SOURCE, CHANNEL, options, reply=future, media=media))
+            await self._queue(client, InputMessage(text, SOURCE, CHANNEL, options, reply=future, media=media),
+                              future, conversation)
             timeout = self.ctx.config.get_duration("plugin.webui.chat_timeout", 300.0)
             try:
                 result = await asyncio.wait_for(asyncio.shield(future), timeout)
@@ -143,7 +185,7 @@ class OpenAICompat:
                 raise ApiError(504, "the agent did not answer in time", type="timeout") from None
             if not result.ok and not result.interrupted:
                 raise ApiError(502, result.error or "the turn failed", type="agent_error")
-            return ok(
+            answer = ok(
                 {
                     "id": completion_id,
                     "object": "chat.completion",
@@ -163,15 +205,45 @@ class OpenAICompat:
                     "usage": _usage(result.usage),
                 }
             )
+            answer.headers.update(pinned)
+            return answer
         if self.ctx.streams.full():
             raise ApiError(503, "too many open streams; try again shortly")
-        self.ctx.turns.claim(client, future)
         queue = FrameQueue()
-        self.ctx.daemon.io.inject(InputMessage(text, SOURCE, CHANNEL, options, sink=queue.sink, reply=future,
-                                               media=media))
+        await self._queue(client, InputMessage(text, SOURCE, CHANNEL, options, sink=queue.sink, reply=future,
+                                               media=media), future, conversation)
         return StreamingResponse(
-            self._chunks(queue, completion_id, model), media_type="text/event-stream", headers=SSE_HEADERS
+            self._chunks(queue, completion_id, model), media_type="text/event-stream", headers={**SSE_HEADERS, **pinned}
         )
+
+    async def _conversation(self, request: Request, body: dict[str, Any]) -> Conversation:
+        """The conversation this request belongs to (module docstring); 404 for a header naming none."""
+        history = self.ctx.daemon.conversations
+        named = request.headers.get(HEADER, "").strip()
+        if named:
+            if not (named.isascii() and named.isdigit() and len(named) <= 18):
+                raise ApiError(400, f"{HEADER} must be a conversation id (a whole number)",
+                               type="invalid_request_error", param=HEADER)
+            found = await history.get(int(named))
+            if found is None:
+                raise ApiError(404, f"no conversation {named} ({HEADER}); GET /api/v1/conversations lists them",
+                               type="invalid_request_error", param=HEADER)
+            return found
+        messages = body["messages"]
+        conversation, _ = await history.for_external(conversation_key(messages, body.get("user")),
+                                                     first_user_text(messages))
+        return conversation
+
+    async def _queue(self, client: str, message: InputMessage, future: asyncio.Future[TurnResult],
+                     conversation: Conversation) -> None:
+        """Hold the client's turn slot, record the message in its conversation, then queue it."""
+        self.ctx.turns.claim(client, future)
+        try:
+            await self.ctx.daemon.conversations.begin(conversation.id, message)
+        except ConversationError:  # deleted in between: free the slot, nothing runs
+            future.set_result(TurnResult(ok=False, error="conversation deleted", input_id=message.id))
+            raise ApiError(404, f"no conversation {conversation.id}", type="invalid_request_error") from None
+        self.ctx.daemon.io.inject(message)
 
     async def _chunks(self, queue: FrameQueue, completion_id: str, model: str) -> AsyncIterator[bytes]:
         created = int(time.time())

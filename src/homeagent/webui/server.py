@@ -30,6 +30,7 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from homeagent.conversations import conversation_of
 from homeagent.memory.media import MediaError
 from homeagent.msg import Msg
 from homeagent.sdk.types import OutputCap
@@ -49,6 +50,7 @@ from homeagent.webui.auth import (
 )
 from homeagent.webui.chat import ChatAPI
 from homeagent.webui.common import ApiError, Handler, Op, Principal, WebContext, all_ops
+from homeagent.webui.conversation_routes import ConversationRoutes
 from homeagent.webui.host import WebHost
 from homeagent.webui.lang import localized, request_lang
 from homeagent.webui.manage import ManageAPI
@@ -366,8 +368,9 @@ def _router(ops: list[Op]) -> list[Route]:
 
 def build_app(ctx: WebContext, *, vendor: dict[str, Path] | None = None) -> tuple[Starlette, list[Op]]:
     pages = Pages(vendor)
-    groups = [CoreAPI(ctx).ops(), ChatAPI(ctx).ops(), ManageAPI(ctx).ops(), MediaRoutes(ctx).ops(),
-              OutgoingFiles(ctx).ops(), OpenAICompat(ctx).ops(), ApprovalsAPI(ctx).ops()]
+    chat = ChatAPI(ctx)
+    groups = [CoreAPI(ctx).ops(), chat.ops(), ConversationRoutes(ctx, chat).ops(), ManageAPI(ctx).ops(),
+              MediaRoutes(ctx).ops(), OutgoingFiles(ctx).ops(), OpenAICompat(ctx).ops(), ApprovalsAPI(ctx).ops()]
     ops = all_ops(groups)
     schema: dict[str, Any] = {}
 
@@ -569,6 +572,17 @@ class WebUIServer:
             except (MediaError, ValueError, OSError) as exc:
                 return {"isError": True, "content": f"the file was not sent to the web UI: {exc}"}
             event["text"] = event["file"]["name"]
+        # the chat's transcript keeps it as the agent's, in the conversation it was meant for (the turn's scope
+        # in meta.group_id; without one, the web conversation used last)
+        data = {k: v for k, v in (("file", event.get("file")), ("type", type_ if type_ != "text" else None),
+                                  ("reply_to", meta.get("reply_to")), ("source", meta.get("source"))) if v}
+        try:
+            entry = await self.daemon.conversations.proactive(
+                conversation_of(str(meta.get("group_id") or "")), str(event["text"]), data
+            )
+            event["conversation"], event["entry"] = entry.conversation, entry.id
+        except Exception:  # the message still reaches the open pages
+            log.exception("web UI: recording a message sent to the chat failed")
         self.daemon.events.publish("agent_output", event)
         out = {"status": "sent", "channel": "webui", "open_streams": len(self.ctx.streams)}
         if "file" in event:

@@ -35,6 +35,17 @@ export function fmtTime(ts) {
   return d.toLocaleString(document.documentElement.lang || undefined);  // in the page's language, not the OS's
 }
 
+// A short date for lists, in the page's language: the time today, the day this year, the full date before.
+export function fmtDay(ts) {
+  if (!ts) return "";
+  const d = new Date(ts * 1000);
+  const now = new Date();
+  const lang = document.documentElement.lang || undefined;
+  if (d.toDateString() === now.toDateString()) return d.toLocaleTimeString(lang, { hour: "2-digit", minute: "2-digit" });
+  if (d.getFullYear() === now.getFullYear()) return d.toLocaleDateString(lang, { month: "short", day: "numeric" });
+  return d.toLocaleDateString(lang, { year: "numeric", month: "short", day: "numeric" });
+}
+
 export function fmtDuration(seconds) {
   const s = Math.floor(seconds);
   const d = Math.floor(s / 86400), hh = Math.floor((s % 86400) / 3600), m = Math.floor((s % 3600) / 60);
