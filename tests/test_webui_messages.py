@@ -203,6 +203,21 @@ async def test_an_upload_too_large_is_refused_in_chinese(web: Web) -> None:
     assert not any(p.name.startswith("broken") for p in web.daemon.paths.plugins.iterdir())
 
 
+async def test_chat_and_conversation_errors_follow_the_language(web: Web) -> None:
+    async with web.client() as en, web.client(headers=ZH) as zh:
+        english = await en.get("/api/v1/conversations/987654")
+        assert english.status_code == 404 and english.json()["error"].startswith("no conversation 987654 (deleted")
+        chinese = await zh.get("/api/v1/conversations/987654")
+        assert chinese.status_code == 404 and chinese.json()["error"].startswith("没有对话 987654")
+        made = (await zh.post("/api/v1/conversations", json={"title": "x"})).json()
+        long_title = await zh.patch(f"/api/v1/conversations/{made['id']}", json={"title": "t" * 300})
+        assert long_title.status_code == 400 and long_title.json()["error"] == "标题最多 200 个字符（当前为 300 个）"
+        nothing = await zh.post(f"/api/v1/conversations/{made['id']}/regenerate", json={})
+        assert nothing.status_code == 409 and nothing.json()["error"].startswith("无可重新生成的内容")
+        upload = await zh.post("/api/v1/chat/file", json={"a": 1})
+        assert upload.status_code == 415 and upload.json()["error"].startswith("请以 multipart/form-data 发送文件")
+
+
 async def test_the_mcp_pages_server_problems_follow_the_language(web: Web) -> None:
     """An imported block the mcp plugin cannot use: the MCP page lists why, in the page's language."""
     async with web.client() as en, web.client(headers=ZH) as zh:

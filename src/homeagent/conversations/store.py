@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from homeagent.msg import Msg
 from homeagent.sqlite_tx import immediate
 from homeagent.text import scrub_text
 
@@ -121,7 +122,8 @@ def clean_title(title: str) -> str:
     """One line, trimmed; a ConversationError past :data:`MAX_TITLE` characters (never cut silently)."""
     text = " ".join(scrub_text(str(title)).split())
     if len(text) > MAX_TITLE:
-        raise ConversationError(f"a title is at most {MAX_TITLE} characters (this one has {len(text)})")
+        raise ConversationError(Msg("a title is at most {limit} characters (this one has {length})", limit=MAX_TITLE,
+                                    length=len(text)))
     return text
 
 

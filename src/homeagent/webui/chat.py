@@ -29,6 +29,7 @@ from starlette.types import Message, Receive
 from homeagent.conversations import Conversation, ConversationError, scope_of
 from homeagent.io.manager import InputMessage, TurnResult
 from homeagent.memory.media import MediaError, marker
+from homeagent.msg import Msg, message_of
 from homeagent.sdk.types import InjectOptions, MediaBlock
 from homeagent.webui.common import ApiError, Op, WebContext, field_str, ok, principal_of, query_int, read_object
 from homeagent.webui.host import ConversationLog, InputQueue
@@ -127,8 +128,8 @@ CONVERSATION_FIELD = {
 
 
 def no_conversation(conversation: int) -> ApiError:
-    return ApiError(404, f"no conversation {conversation} (deleted, or never made); GET /api/v1/conversations "
-                    "lists them", conversation=conversation)
+    return ApiError(404, Msg("no conversation {conversation} (deleted, or never made); GET /api/v1/conversations "
+                             "lists them", conversation=conversation), conversation=conversation)
 
 
 def conversation_id(value: Any) -> int:
@@ -137,7 +138,7 @@ def conversation_id(value: Any) -> int:
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63:
         return value
-    raise ApiError(400, "'conversation' must be a conversation id (a whole number)", field="conversation")
+    raise ApiError(400, Msg("'conversation' must be a conversation id (a whole number)"), field="conversation")
 
 
 class ChatAPI:
@@ -258,13 +259,13 @@ class ChatAPI:
         if raw is None or raw == []:
             return []
         if not isinstance(raw, list) or not all(isinstance(d, str) for d in raw) or len(raw) > 10:
-            raise ApiError(400, "'media' must be a list of at most 10 digests of uploaded files")
+            raise ApiError(400, Msg("'media' must be a list of at most 10 digests of uploaded files"))
         if self.ctx.media is None:
-            raise ApiError(409, "the media store is off (core.memory.media.enabled); send the upload's note instead")
+            raise ApiError(409, Msg("the media store is off (core.memory.media.enabled); send the upload's note instead"))
         try:
             infos = [await self.ctx.media.ainfo(d) for d in dict.fromkeys(raw)]
         except (MediaError, ValueError) as exc:
-            raise ApiError(400, f"media: {exc}") from None
+            raise ApiError(400, Msg("media: {reason}", reason=message_of(exc))) from None
         return [MediaBlock(mime=i.mime, digest=i.digest, description=i.description) for i in infos]
 
     async def _wait(self, future: asyncio.Future[TurnResult], input_id: str) -> Response:
@@ -272,7 +273,7 @@ class ChatAPI:
             result = await asyncio.wait_for(asyncio.shield(future), self.timeout())
         except TimeoutError:
             raise ApiError(
-                504, "the turn did not finish in time; its reply will appear in the history", id=input_id
+                504, Msg("the turn did not finish in time; its reply will appear in the history"), id=input_id
             ) from None
         return ok(result.to_dict())
 
@@ -322,7 +323,7 @@ class ChatAPI:
         """Start a turn and answer its frames as SSE (``accepted`` first, with ``accepted``'s extra fields)."""
         client = principal_of(request).key
         if self.ctx.streams.full():
-            raise ApiError(503, "too many open streams; try again shortly")
+            raise ApiError(503, Msg("too many open streams; try again shortly"))
         existing = self.dedupe.get(client, msg_id)
         if existing is not None:
             return StreamingResponse(self._replay(existing), media_type="text/event-stream", headers=SSE_HEADERS)
@@ -386,23 +387,23 @@ class ChatAPI:
         cap = self.max_upload()
         ctype = request.headers.get("content-type", "")
         if not ctype.startswith("multipart/form-data"):
-            raise ApiError(415, "send the files as multipart/form-data (field 'file')")
+            raise ApiError(415, Msg("send the files as multipart/form-data (field 'file')"))
         length = request.headers.get("content-length", "")
         if length.isdigit() and int(length) > cap + MULTIPART_OVERHEAD:
-            raise ApiError(413, f"upload too large (limit {cap // (1024 * 1024)} MB)", limit=cap)
+            raise ApiError(413, Msg("upload too large (limit {mb} MB)", mb=cap // (1024 * 1024)), limit=cap)
         limited = Request(request.scope, _limited(request.receive, cap + MULTIPART_OVERHEAD))
         try:
             form = await limited.form(max_files=10, max_fields=20)
         except _TooLarge:
-            raise ApiError(413, f"upload too large (limit {cap // (1024 * 1024)} MB)", limit=cap) from None
+            raise ApiError(413, Msg("upload too large (limit {mb} MB)", mb=cap // (1024 * 1024)), limit=cap) from None
         except MultiPartException as exc:
-            raise ApiError(400, f"malformed upload: {exc.message}") from None
+            raise ApiError(400, Msg("malformed upload: {reason}", reason=exc.message)) from None
         try:
             uploads = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
             if not uploads:
-                raise ApiError(400, "no file in the upload (field 'file')")
+                raise ApiError(400, Msg("no file in the upload (field 'file')"))
             if sum(u.size or 0 for u in uploads) > cap:
-                raise ApiError(413, f"upload too large (limit {cap // (1024 * 1024)} MB)", limit=cap)
+                raise ApiError(413, Msg("upload too large (limit {mb} MB)", mb=cap // (1024 * 1024)), limit=cap)
             message = form.get("message")
             message = message if isinstance(message, str) else ""
             msg_id = form.get("client_msg_id")
@@ -434,7 +435,7 @@ class ChatAPI:
         try:
             result = await asyncio.wait_for(asyncio.shield(future), self.timeout())
         except TimeoutError:
-            raise ApiError(504, "the turn did not finish in time", id=input_id, files=saved) from None
+            raise ApiError(504, Msg("the turn did not finish in time"), id=input_id, files=saved) from None
         return ok({"files": saved, "result": result.to_dict()})
 
     async def _save(self, upload: UploadFile) -> dict[str, Any]:
@@ -481,12 +482,12 @@ class ChatAPI:
     async def download(self, request: Request) -> Response:
         name = str(request.path_params.get("name", ""))
         if not UPLOAD_NAME.match(name):
-            raise ApiError(404, "no such upload")
+            raise ApiError(404, Msg("no such upload"))
         path = self.ctx.chat_uploads() / name
         if not await asyncio.to_thread(path.is_file):
             path = self.ctx.uploads_dir / name  # uploaded before chat uploads moved into the files folder
             if not await asyncio.to_thread(path.is_file):
-                raise ApiError(404, "no such upload")
+                raise ApiError(404, Msg("no such upload"))
         guessed = mimetypes.guess_type(name)[0] or ""
         media = guessed if guessed in INLINE_TYPES else "application/octet-stream"
         return FileResponse(

@@ -23,6 +23,7 @@ from homeagent.conversations import Conversation, ConversationError, Entry
 from homeagent.conversations.export import to_json, to_markdown
 from homeagent.conversations.store import MAX_TITLE
 from homeagent.memory.media import MediaError
+from homeagent.msg import Msg, message_of
 from homeagent.sdk.types import MediaBlock
 from homeagent.webui.chat import CONVERSATION_FIELD, MAX_TEXT, ChatAPI, no_conversation
 from homeagent.webui.common import (
@@ -98,7 +99,7 @@ class ConversationRoutes:
     async def list(self, request: Request) -> Response:
         query = request.query_params.get("q", "").strip()
         if len(query) > 500:
-            raise ApiError(400, "'q' is at most 500 characters")
+            raise ApiError(400, Msg("'q' is at most 500 characters"))
         limit = query_int(request, "limit", 100, lo=1, hi=1000)
         found = await self.history.list(query, limit)
         return ok({"conversations": [c.to_dict() for c in found], "query": query})
@@ -109,7 +110,7 @@ class ConversationRoutes:
         try:
             made = await self.history.create(title)
         except ConversationError as exc:
-            raise ApiError(400, str(exc), field="title") from None
+            raise ApiError(400, message_of(exc), field="title") from None
         return ok(made.to_dict(), status=201)
 
     async def get(self, request: Request) -> Response:
@@ -123,7 +124,7 @@ class ConversationRoutes:
         try:
             renamed = await self.history.rename(cid, title)
         except ConversationError as exc:
-            raise ApiError(400, str(exc), field="title") from None
+            raise ApiError(400, message_of(exc), field="title") from None
         if renamed is None:
             raise no_conversation(cid)
         return ok(renamed.to_dict())
@@ -153,7 +154,7 @@ class ConversationRoutes:
         conversation = await self._one(request)
         kind = request.query_params.get("format", "md").lower()
         if kind not in ("md", "markdown", "json"):
-            raise ApiError(400, "format is md or json")
+            raise ApiError(400, Msg("format is md or json"))
         entries = await self.history.entries(conversation.id)
         stem = f"conversation-{conversation.id}"
         if kind == "json":
@@ -164,8 +165,8 @@ class ConversationRoutes:
     # ------------------------------------------------------------ continue from a message
     def _refuse_while_running(self, conversation: Conversation) -> None:
         if self.history.running(conversation.id):
-            raise ApiError(409, "a reply in this conversation is still running; stop it first (POST "
-                           "/api/v1/chat/cancel) or wait for it", code="busy")
+            raise ApiError(409, Msg("a reply in this conversation is still running; stop it first (POST "
+                                    "/api/v1/chat/cancel) or wait for it"), code="busy")
 
     async def _media(self, entry: Entry) -> builtins.list[MediaBlock]:
         """The media sent with a message, for sending it again; what the media store no longer has is left out
@@ -189,7 +190,7 @@ class ConversationRoutes:
         self._refuse_while_running(conversation)
         last = await self.history.last_of(conversation.id, "user")
         if last is None:
-            raise ApiError(409, "nothing to regenerate: this conversation has no message of yours yet")
+            raise ApiError(409, Msg("nothing to regenerate: this conversation has no message of yours yet"))
         media = await self._media(last)
         gone, forgotten = await self.history.truncate(conversation.id, last.id)
         return await self.chat.stream_turn(request, last.text, media=media, conversation=conversation, msg_id=msg_id,
@@ -199,19 +200,20 @@ class ConversationRoutes:
         conversation = await self._one(request)
         body = await read_object(request)
         if "entry" not in body:
-            raise ApiError(400, "'entry' (the id of the message to edit) is required", field="entry")
+            raise ApiError(400, Msg("'entry' (the id of the message to edit) is required"), field="entry")
         raw = body["entry"]
         if isinstance(raw, bool) or not isinstance(raw, int) or not 0 < raw < 2**62:
-            raise ApiError(400, "'entry' must be the id of a message (a whole number)", field="entry")
+            raise ApiError(400, Msg("'entry' must be the id of a message (a whole number)"), field="entry")
         text = field_str(body, "text", max_len=MAX_TEXT)
         msg_id = field_str(body, "client_msg_id", required=False, max_len=200)
         self._refuse_while_running(conversation)
         entry = await self.history.entry(conversation.id, raw)
         if entry is None:
-            raise ApiError(404, f"conversation {conversation.id} has no entry {raw}", entry=raw)
-        if entry.kind != "user":
-            raise ApiError(400, f"entry {raw} is not a message of yours ({entry.kind}); only those can be edited",
+            raise ApiError(404, Msg("conversation {conversation} has no entry {entry}", conversation=conversation.id, entry=raw),
                            entry=raw)
+        if entry.kind != "user":
+            raise ApiError(400, Msg("entry {entry} is not a message of yours ({kind}); only those can be edited",
+                                    entry=raw, kind=entry.kind), entry=raw)
         media = await self._media(entry)
         gone, forgotten = await self.history.truncate(conversation.id, entry.id)
         return await self.chat.stream_turn(request, text, media=media, conversation=conversation, msg_id=msg_id,

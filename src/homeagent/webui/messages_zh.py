@@ -286,4 +286,45 @@ ZH_MESSAGES: dict[str, str] = {
     "server {name!r}: give exactly one of command (stdio) or url (HTTP)":
         "服务器 {name!r}：command（stdio）和 url（HTTP）必须且只能给出一个",
     "server {name!r}: args must be a list and env an object": "服务器 {name!r}：args 必须是列表，env 必须是对象",
+    # ---------------------------------------------------------------- chat and conversations (webui/chat.py, conversation_routes.py, conversations/store.py)
+    'no conversation {conversation} (deleted, or never made); GET /api/v1/conversations lists them':
+        '没有对话 {conversation}（已删除，或从未创建）；GET /api/v1/conversations 可列出全部对话',
+    "'conversation' must be a conversation id (a whole number)":
+        "'conversation' 必须是对话编号（整数）",
+    "'media' must be a list of at most 10 digests of uploaded files":
+        "'media' 必须是已上传文件摘要的列表，最多 10 个",
+    "the media store is off (core.memory.media.enabled); send the upload's note instead":
+        '媒体库未开启（core.memory.media.enabled）；请改为发送上传说明',
+    'media: {reason}':
+        '媒体：{reason}',
+    'the turn did not finish in time; its reply will appear in the history':
+        '本轮未能及时完成；回复稍后会出现在历史记录中',
+    "send the files as multipart/form-data (field 'file')":
+        "请以 multipart/form-data 发送文件（字段 'file'）",
+    "no file in the upload (field 'file')":
+        "上传内容中没有文件（字段 'file'）",
+    'the turn did not finish in time':
+        '本轮未能及时完成',
+    'upload too large (limit {mb} MB)':
+        '上传内容过大（上限 {mb} MB）',
+    'no such upload':
+        '没有这个上传文件',
+    "'q' is at most 500 characters":
+        "'q' 最多 500 个字符",
+    'format is md or json':
+        '格式只能是 md 或 json',
+    'a reply in this conversation is still running; stop it first (POST /api/v1/chat/cancel) or wait for it':
+        '此对话中仍有回复正在生成；请先停止它（POST /api/v1/chat/cancel）或等待其完成',
+    'nothing to regenerate: this conversation has no message of yours yet':
+        '无可重新生成的内容：此对话中还没有你的消息',
+    "'entry' (the id of the message to edit) is required":
+        "需要 'entry'（要编辑的消息编号）",
+    "'entry' must be the id of a message (a whole number)":
+        "'entry' 必须是消息编号（整数）",
+    'conversation {conversation} has no entry {entry}':
+        '对话 {conversation} 中没有条目 {entry}',
+    'entry {entry} is not a message of yours ({kind}); only those can be edited':
+        '条目 {entry} 不是你的消息（{kind}）；只能编辑你的消息',
+    'a title is at most {limit} characters (this one has {length})':
+        '标题最多 {limit} 个字符（当前为 {length} 个）',
 }
