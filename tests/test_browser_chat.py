@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -29,20 +27,14 @@ from homeagent.conversations import NewEntry
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
 from tests.conftest import LLM_ENV
+from tests.fakes.browser import ARGS, CHROMIUM, MISSING, shot
 from tests.fakes.llm_openai import FakeOpenAI, Turn
 from tests.fakes.webui_fixtures import Web, start_web
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-SHOTS = os.environ.get("HOMEAGENT_SCREENSHOTS", "")
-
 if not CHROMIUM.exists():
-    pytest.skip(
-        "browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
+    pytest.skip(MISSING, allow_module_level=True)
 
-from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect  # noqa: E402
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.xdist_group("webui-browser")]
 
@@ -58,12 +50,6 @@ SHOWN = """() => [...document.querySelectorAll('#messages .msg')].map(el => ({
           t.querySelector('.tool-args')?.textContent || '', t.querySelector('.tool-result')?.textContent || '']),
 }))"""
 
-
-async def shot(page: Page, name: str) -> None:
-    if SHOTS:
-        await asyncio.to_thread(Path(SHOTS).mkdir, parents=True, exist_ok=True)
-        await page.wait_for_timeout(150)
-        await page.screenshot(path=str(Path(SHOTS) / f"{name}.png"))
 
 
 @dataclass

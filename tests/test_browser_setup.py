@@ -7,9 +7,7 @@ is added and put first, and a chat answered by the fallback says so.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,31 +20,19 @@ import pytest_asyncio
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
 from tests.conftest import LLM_ENV
+from tests.fakes.browser import ARGS, CHROMIUM, MISSING, shot
 from tests.fakes.llm_openai import FakeOpenAI, Turn
 from tests.fakes.webui_fixtures import Web, start_web
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-SHOTS = os.environ.get("HOMEAGENT_SCREENSHOTS", "")
 MCP_SERVER = str(Path(__file__).parent / "fakes" / "mcp_stdio_server.py")
 
 if not CHROMIUM.exists():
-    pytest.skip(
-        "browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
+    pytest.skip(MISSING, allow_module_level=True)
 
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect  # noqa: E402
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.xdist_group("webui-browser")]
 
-
-async def shot(page: Page, name: str) -> None:
-    """Saved under $HOMEAGENT_SCREENSHOTS (e.g. docs/screenshots) when it is set."""
-    if SHOTS:
-        await asyncio.to_thread(Path(SHOTS).mkdir, parents=True, exist_ok=True)
-        await page.wait_for_timeout(150)
-        await page.screenshot(path=str(Path(SHOTS) / f"{name}.png"))
 
 
 @dataclass

@@ -6,7 +6,6 @@ Set HOMEAGENT_SCREENSHOTS=<folder> (e.g. docs/screenshots) to save screenshots o
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -20,28 +19,16 @@ from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
 from homeagent.webui import start_webui
 from tests.conftest import LLM_ENV
+from tests.fakes.browser import ARGS, CHROMIUM, MISSING, shot
 from tests.fakes.webui_fixtures import Web, add_sleep_tool, start_web
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-
 if not CHROMIUM.exists():
-    pytest.skip(
-        "browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
+    pytest.skip(MISSING, allow_module_level=True)
 
-from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect  # noqa: E402
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright, expect
 
 pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.xdist_group("webui-browser")]
 
-SHOTS = os.environ.get("HOMEAGENT_SCREENSHOTS", "")
 TRIPLES = [
     ("Alice", "lives_in", "Paris"),
     ("Alice", "likes", "green tea"),
@@ -81,12 +68,6 @@ class Stack:
         await self.page.wait_for_selector(f"#view[data-view='{name}'] > :not(p.muted)")
         return self.page
 
-
-async def shot(page: Page, name: str) -> None:
-    if SHOTS:
-        await asyncio.to_thread(Path(SHOTS).mkdir, parents=True, exist_ok=True)
-        await page.wait_for_timeout(150)
-        await page.screenshot(path=str(Path(SHOTS) / f"{name}.png"))
 
 
 async def fill_pages(daemon: Daemon, data: Path) -> None:

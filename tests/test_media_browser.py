@@ -12,15 +12,13 @@ from pathlib import Path
 import pytest
 
 from homeagent.daemon import Daemon
+from tests.fakes.browser import ARGS, CHROMIUM, MISSING
 from tests.fakes.webui_fixtures import Web, start_web
 
-CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
-    pytest.skip(
-        "browser tests need Debian's chromium at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
+    pytest.skip(MISSING, allow_module_level=True)
 
-from playwright.async_api import Locator, Page, async_playwright  # noqa: E402
+from playwright.async_api import Locator, Page, async_playwright
 
 pytestmark = pytest.mark.xdist_group("webui-browser")
 
@@ -29,8 +27,7 @@ pytestmark = pytest.mark.xdist_group("webui-browser")
 async def signed_in_page(web: Web) -> AsyncIterator[tuple[Page, list[str]]]:
     """A headless chromium page signed in to ``web``, with the page errors it collects."""
     async with async_playwright() as p:
-        args = ["--headless", "--no-sandbox", "--disable-gpu"]
-        browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=args)
+        browser = await p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
         try:
             context = await browser.new_context(viewport={"width": 1280, "height": 800})
             await context.add_init_script("localStorage.setItem('ha-lang', 'en');")
