@@ -259,15 +259,19 @@ class RelevanceContext:
             gone = {e.id for e in self._events if e.meta.get("input_id") in wanted}
             if not gone:
                 return 0
-            pairs = [(e, t) for e, t in zip(self._events, self._ts_keys, strict=True) if e.id not in gone]
-            self._events = [e for e, _ in pairs]
-            self._ts_keys = [t for _, t in pairs]
-            for event_id in gone:
-                self._index.remove(event_id)
-                self._memtext.pop(event_id, None)
-            self._journal.remove(sorted(gone))
+            self._drop_locked(gone)
         self._mark_dirty()
         return len(gone)
+
+    def _drop_locked(self, gone: set[str]) -> None:
+        """Take events out of the window, its index and its journal; the caller holds the lock."""
+        pairs = [(e, t) for e, t in zip(self._events, self._ts_keys, strict=True) if e.id not in gone]
+        self._events = [e for e, _ in pairs]
+        self._ts_keys = [t for _, t in pairs]
+        for event_id in gone:
+            self._index.remove(event_id)
+            self._memtext.pop(event_id, None)
+        self._journal.remove(sorted(gone))
 
     async def aforget_inputs(self, input_ids: Collection[str]) -> int:
         """``forget_inputs``, returning once the removal is on disk."""
@@ -332,13 +336,7 @@ class RelevanceContext:
             return events, False
         gone = {e.id for e in pruned}
         with self._lock:
-            pairs = [(e, t) for e, t in zip(self._events, self._ts_keys, strict=True) if e.id not in gone]
-            self._events = [e for e, _ in pairs]
-            self._ts_keys = [t for _, t in pairs]
-            for event_id in gone:
-                self._index.remove(event_id)
-                self._memtext.pop(event_id, None)
-            self._journal.remove(sorted(gone))
+            self._drop_locked(gone)
             kept = list(self._events)
         return kept, True
 
