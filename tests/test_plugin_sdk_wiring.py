@@ -70,6 +70,18 @@ async def test_a_plugin_reaches_every_store_through_the_sdk(daemon: Daemon, runt
                for r in daemon.textlog.read_recent(20))
 
 
+async def test_a_subprocess_plugin_manages_plugins_through_the_registry(daemon: Daemon) -> None:
+    """plugin.listLoaded / isDisabled / reloadOne answer from the daemon's own registry (the ``plugins`` capability)."""
+    install_probe(daemon, "process")
+    await daemon.plugins.reload_all()
+    await daemon.plugins.disable("timer")
+    got = await offline_tool(daemon, "sdkprobe_plugins", {"ask": ["timer", "files"], "reload": "files"})
+    assert "sdkprobe" in got["loaded"] and "files" in got["loaded"] and "timer" not in got["loaded"], got
+    assert got["disabled"] == {"timer": True, "files": False}
+    assert got["reloaded"]["state"] == "running", got
+    assert daemon.plugins.info("files")["state"] == "running"
+
+
 @pytest.mark.parametrize("runtime", ["process", "in-process"])
 async def test_a_bad_document_is_refused_with_its_reason_and_stores_nothing(daemon: Daemon, runtime: str) -> None:
     install_probe(daemon, runtime)

@@ -328,6 +328,10 @@ class PluginRegistry:
     def running(self) -> builtins.list[str]:
         return sorted(n for n, r in self._records.items() if r.state in ("running", "ineligible"))
 
+    def is_disabled(self, name: str) -> bool:
+        """Whether the owner switched ``name`` off (it stays off across restarts)."""
+        return bool(self.services.config.is_disabled(name))
+
     def _unknown(self, name: str) -> str:
         known = [*self._records, *shipped_plugins(self.shipped)]
         close = difflib.get_close_matches(name, known, n=3)

@@ -32,7 +32,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from homeagent.agent.media_input import TOOL_BLOCKS
 from homeagent.memory.media.inputs import MAX_BLOCKS
@@ -55,6 +55,16 @@ log = logging.getLogger("homeagent.plugins.proc")
 _CLEAN_CACHE = 64
 _CLEAN_CACHE_MAX_TEXT = 1024 * 1024
 _CONFIG_FIELDS = {f.name for f in dataclasses.fields(ConfigDef)}
+
+
+class PluginControl(Protocol):
+    """What the ``plugins`` capability's methods use of the registry (``plugins.registry.PluginRegistry``)."""
+
+    def running(self) -> list[str]: ...
+
+    def is_disabled(self, name: str) -> bool: ...
+
+    async def reload_one(self, name: str) -> dict[str, Any]: ...
 
 
 class PluginCallError(RuntimeError):
@@ -196,7 +206,7 @@ class HostSession:
         on_auto_restart: Callable[[bool], None] | None = None,
         on_status: Callable[[str, str], None] | None = None,
         on_call_problem: Callable[[], None] | None = None,
-        plugins: Any = None,
+        plugins: PluginControl | None = None,
         detach: Callable[[Coroutine[Any, Any, Any], str], asyncio.Task[Any]] | None = None,
         plugin_log: logging.Logger | None = None,
         stats: ConnectionStats | None = None,
@@ -300,7 +310,7 @@ class HostSession:
             "events.unsubscribe": lambda p: self._unregister("subscription", _s(p, "subscription")),
             "plugin.reloadOne": self._reload_one,
             "plugin.listLoaded": lambda p: self._registry().running(),
-            "plugin.isDisabled": lambda p: bool(self._registry().services.config.is_disabled(_s(p, "name"))),
+            "plugin.isDisabled": lambda p: self._registry().is_disabled(_s(p, "name")),
         }
 
     # ---------------------------------------------------------------- lifecycle
@@ -765,7 +775,7 @@ class HostSession:
         self._add("subscription", sid, undo)
         return {"subscription": sid}
 
-    def _registry(self) -> Any:
+    def _registry(self) -> PluginControl:
         if self._plugins is None:
             raise ServiceUnavailable("plugin management", "this host was started without a plugin registry")
         return self._plugins

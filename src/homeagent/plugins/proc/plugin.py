@@ -51,13 +51,14 @@ from homeagent.confine import Confinement, Launch, SandboxUnavailable, python_pa
 from homeagent.plugins.manifest import Manifest, entry_kind
 from homeagent.plugins.proc.capabilities import Capabilities
 from homeagent.plugins.proc.connection import CallTimeout, ConnectionStats, Pipes, PluginGone
-from homeagent.plugins.proc.host import HostSession, SessionOptions
+from homeagent.plugins.proc.host import HostSession, PluginControl, SessionOptions
 from homeagent.plugins.proc.limits import ResourceLimits, explain_exit
 from homeagent.plugins.proc.supervisor import Child, ChildExit, Supervisor
 from homeagent.sdk.api import Plugin, PluginSDK
 from homeagent.sdk.protocol import MAX_FRAME, PROTOCOL_VERSION, RPCError
 
 if TYPE_CHECKING:
+    from homeagent.events import EventBus
     from homeagent.plugins.registry import PluginSource
 
 __all__ = ["LaunchError", "ProcOptions", "ProcPlugin", "command_for", "is_process_manifest", "make_loader"]
@@ -172,8 +173,8 @@ class ProcPlugin(Plugin):
         *,
         supervisor: Supervisor,
         options: ProcOptions | None = None,
-        plugins: Any = None,
-        events: Any = None,
+        plugins: PluginControl | None = None,
+        events: EventBus | None = None,
         data_dir: Path | None = None,
     ) -> None:
         self.name = name
@@ -594,7 +595,7 @@ class ProcPlugin(Plugin):
 
 
 def make_loader(
-    supervisor: Supervisor, *, options: ProcOptions | None = None, plugins: Any = None
+    supervisor: Supervisor, *, options: ProcOptions | None = None, plugins: PluginControl | None = None
 ) -> Callable[[PluginSource], Awaitable[Plugin]]:
     """The registry's loader for kind ``"process"``: ``registry.register_kind("process", make_loader(...))``."""
 
