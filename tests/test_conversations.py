@@ -383,7 +383,10 @@ async def test_conversations_survive_a_restart_and_a_corrupt_file_is_set_aside(d
         assert await asyncio.to_thread(lambda: [p.name for p in data_dir.glob("conversations.db.corrupt-*")])
         web = await start_web(daemon, again=True)
         async with web.client() as c:
-            assert (await c.get("/api/v1/conversations")).json()["conversations"] == []
+            # what the text log kept of the web chat comes back as one conversation (the final texts only)
+            (recovered,) = (await c.get("/api/v1/conversations")).json()["conversations"]
+            assert recovered["title"] == "Earlier web chat"
+            assert "my name is Quill" in [e["text"] for e in await entries(c, recovered["id"])]
             fresh = await new(c)
             await say(c, fresh, "a new start")
             assert len(await entries(c, fresh)) == 2
@@ -462,3 +465,38 @@ def test_the_store_refuses_a_newer_schema_and_keeps_it(tmp_path: Path) -> None:
     db = sqlite3.connect(tmp_path / "conversations.db")
     assert db.execute("SELECT text FROM entries").fetchall() == [("hello",)]  # untouched
     db.close()
+
+
+async def test_the_web_chat_of_before_conversations_is_brought_over_once(data_dir: Path) -> None:
+    """An upgrade: the text log has the old web chat; it becomes one conversation, and a deleted one stays gone."""
+    daemon = Daemon(DataPaths(data_dir), web=False)
+    await daemon.start()
+    try:
+        assert (await daemon.io.inject_sync("webui", "webui", "the boiler is serviced in October")).ok
+        assert (await daemon.io.inject_sync("cli", "cli", "a terminal question")).ok
+        await daemon.textlog.flush()
+    finally:
+        await daemon.stop()
+    # as before conversations existed
+    await asyncio.to_thread(lambda: [p.unlink() for p in data_dir.glob("conversations.db*")])
+
+    for round_ in range(2):
+        daemon = Daemon(DataPaths(data_dir), web=False)
+        await daemon.start()
+        web = await start_web(daemon, again=round_ == 1)
+        try:
+            async with web.client() as c:
+                listed = (await c.get("/api/v1/conversations")).json()["conversations"]
+                if round_ == 1:
+                    assert listed == [], "deleted by the owner: not brought back"
+                    break
+                (earlier,) = listed
+                assert earlier["title"] == "Earlier web chat" and earlier["entries"] == 2
+                shown = await entries(c, earlier["id"])
+                assert [(e["kind"], e["text"][:30]) for e in shown] == [
+                    ("user", "the boiler is serviced in Octo"), ("assistant", "[offline] I received: the boil")]
+                assert shown[0]["ts"] <= shown[1]["ts"] < earlier["created"] + 60
+                assert (await c.delete(f"/api/v1/conversations/{earlier['id']}")).status_code in (200, 204)
+        finally:
+            await web.server.close()
+            await daemon.stop()

@@ -473,6 +473,7 @@ class Daemon:
             kept="memory (the context window, documents, graph) and the text log are",
         )
         self.conversations = await TranscriptHistory.open(store, self.context)
+        await self.conversations.import_earlier(self.textlog)
 
     async def _start_media(self) -> None:
         """The media store when ``core.memory.media.enabled`` (read once, at start); else None and media is text."""

@@ -66,6 +66,9 @@ MIGRATIONS: builtins.list[tuple[int, str, builtins.list[str]]] = [
         "CREATE INDEX entries_pending ON entries (pending) WHERE pending = 1",
         "CREATE INDEX conversations_by_updated ON conversations (updated)",
     ]),
+    (2, "one-time imports done", [
+        "CREATE TABLE imports (key TEXT PRIMARY KEY, done REAL NOT NULL)",
+    ]),
 ]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -296,34 +299,61 @@ class ConversationStore:
 
         A ConversationError when the conversation does not exist (deleted while a turn of it ran).
         """
-        now = time.time()
-        added: builtins.list[Entry] = []
         with self._lock, immediate(self._db):
             row = self._db.execute("SELECT title FROM conversations WHERE id = ?", (conversation,)).fetchone()
             if row is None:
                 raise ConversationError(f"no conversation {conversation}")
-            title = str(row[0])
-            last = now
-            for item in entries:
-                if item.kind not in KINDS:
-                    raise ConversationError(f"an entry's kind is one of {', '.join(KINDS)}, not {item.kind!r}")
-                ts = item.ts or now
-                text = scrub_text(item.text)
-                data = json.dumps(item.data, ensure_ascii=False, default=str)
-                cur = self._db.execute(
-                    "INSERT INTO entries (conversation, ts, kind, input_id, text, data, pending) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (conversation, ts, item.kind, item.input_id, text, scrub_text(data), int(bool(item.data.get("pending")))),
-                )
-                added.append(Entry(int(cur.lastrowid or 0), conversation, ts, item.kind, text, item.input_id,
-                                   dict(item.data)))
-                last = max(last, ts)
-                if not title and item.kind == "user":
-                    title = auto_title(text)
-                    if title:
-                        self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation))
-            self._db.execute("UPDATE conversations SET updated = MAX(updated, ?) WHERE id = ?", (last, conversation))
+            return self._append(conversation, str(row[0]), entries)
+
+    def _append(self, conversation: int, title: str, entries: Iterable[NewEntry]) -> builtins.list[Entry]:
+        """``add``'s writes, in the caller's transaction."""
+        now = time.time()
+        added: builtins.list[Entry] = []
+        last = now
+        for item in entries:
+            if item.kind not in KINDS:
+                raise ConversationError(f"an entry's kind is one of {', '.join(KINDS)}, not {item.kind!r}")
+            ts = item.ts or now
+            text = scrub_text(item.text)
+            data = json.dumps(item.data, ensure_ascii=False, default=str)
+            cur = self._db.execute(
+                "INSERT INTO entries (conversation, ts, kind, input_id, text, data, pending) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation, ts, item.kind, item.input_id, text, scrub_text(data), int(bool(item.data.get("pending")))),
+            )
+            added.append(Entry(int(cur.lastrowid or 0), conversation, ts, item.kind, text, item.input_id,
+                               dict(item.data)))
+            last = max(last, ts)
+            if not title and item.kind == "user":
+                title = auto_title(text)
+                if title:
+                    self._db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, conversation))
+        self._db.execute("UPDATE conversations SET updated = MAX(updated, ?) WHERE id = ?", (last, conversation))
         return added
+
+    def imported(self, key: str) -> bool:
+        """Whether the one-time import ``key`` has run (see :meth:`import_once`)."""
+        with self._lock:
+            return self._db.execute("SELECT 1 FROM imports WHERE key = ?", (key,)).fetchone() is not None
+
+    def import_once(self, key: str, title: str, entries: Sequence[NewEntry]) -> Conversation | None:
+        """A conversation of ``entries`` the first time ``key`` is seen; None ever after, even once the owner
+        deleted it (what an upgrade brings over from before conversations existed, brought over once)."""
+        with self._lock, immediate(self._db):
+            if self._db.execute("SELECT 1 FROM imports WHERE key = ?", (key,)).fetchone() is not None:
+                return None
+            self._db.execute("INSERT INTO imports (key, done) VALUES (?, ?)", (key, time.time()))
+            if not entries:
+                return None
+            first = min(e.ts for e in entries if e.ts) if any(e.ts for e in entries) else time.time()
+            title = clean_title(title)
+            cur = self._db.execute("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                                   (title, first, first))
+            conversation = int(cur.lastrowid or 0)
+            self._append(conversation, title, entries)
+            self._db.execute("UPDATE conversations SET updated = ? WHERE id = ?",
+                             (max(e.ts or first for e in entries), conversation))
+        return self.get(conversation)
 
     def page(self, conversation: int, *, before: int | None = None, limit: int = 50) -> tuple[builtins.list[Entry], bool]:
         """Up to ``limit`` entries older than entry ``before`` (the newest without it), oldest first, and

@@ -44,6 +44,42 @@ def media_data(message: InputMessage) -> builtins.list[dict[str, str]]:
     return [{"digest": b.digest, "mime": b.mime, "description": b.description} for b in message.media if b.digest]
 
 
+class ChatLog(Protocol):
+    """The text log (``memory.textlog.TextLog``): the web chat's history from before conversations existed."""
+
+    def read_recent(self, limit: int = 50) -> builtins.list[dict[str, Any]]: ...
+
+
+EARLIER_KEY = "textlog-webui"
+EARLIER_TITLE = "Earlier web chat"
+EARLIER_SCAN = 20_000  # text log lines read (every channel's); the web chat's last EARLIER_KEEP of them are kept
+EARLIER_KEEP = 2_000
+
+
+def earlier_entries(records: Collection[dict[str, Any]]) -> builtins.list[NewEntry]:
+    """The web chat's text-log records as conversation entries, as the page showed them before conversations."""
+    out: builtins.list[NewEntry] = []
+    for r in records:
+        if r.get("channel") != "webui" or not isinstance(r.get("content"), str):
+            continue
+        ts = float(r["ts"]) if isinstance(r.get("ts"), int | float) else 0.0
+        input_id = str(r.get("id") or "")
+        if r.get("role") == "user":
+            out.append(NewEntry("user", r["content"], input_id, {}, ts))
+        elif r.get("role") == "assistant":
+            data: dict[str, Any] = {}
+            error = str(r.get("error") or "")
+            if error == "turn interrupted":
+                data["stopped"] = True
+            elif error:
+                data["error"] = error
+            tools = [{"tool": str(t)} for t in r.get("tools") or [] if isinstance(t, str)]
+            if tools:
+                data["tools"] = tools
+            out.append(NewEntry("assistant", r["content"], input_id, data, ts))
+    return out[-EARLIER_KEEP:]
+
+
 class TurnRecorder:
     """One turn of a conversation: collects its frames, fills in its reply entry when it ends."""
 
@@ -164,6 +200,18 @@ class TranscriptHistory:
             log.warning("conversations: %d replies were still running when the daemon last stopped; "
                         "kept as stopped", lost)
         return cls(store, window)
+
+    async def import_earlier(self, textlog: ChatLog) -> Conversation | None:
+        """Once per data dir: the web chat of before conversations (the text log's) becomes a conversation of
+        its own, so an upgrade keeps what the chat page showed. Deleting it later does not bring it back."""
+        if await asyncio.to_thread(self.store.imported, EARLIER_KEY):
+            return None
+        records = await asyncio.to_thread(textlog.read_recent, EARLIER_SCAN)
+        made = await asyncio.to_thread(self.store.import_once, EARLIER_KEY, EARLIER_TITLE, earlier_entries(records))
+        if made is not None:
+            log.info("conversations: the earlier web chat (%d messages from the text log) is the conversation "
+                     "%r", made.entries, made.title)
+        return made
 
     def spawn(self, coro: Any) -> None:
         task: asyncio.Task[Any] = asyncio.ensure_future(coro)
