@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -255,9 +256,7 @@ async def main() -> None:
     async with FakeOpenAI() as fake:
         fake.default_turn = Turn.text("one two three four five six seven eight", chunks=8, delay=0.002)
         env = {"HOMEAGENT_LLM_BASE_URL": fake.base_url, "HOMEAGENT_LLM_API_KEY": "sk-bench", "HOMEAGENT_LLM_MODEL": "m"}
-        saved: dict[str, Any] = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with mock.patch.dict(os.environ, env):  # the daemon reads its LLM from the environment
             with tempfile.TemporaryDirectory() as tmp:
                 data = Path(tmp) / "d"
                 data.mkdir()
@@ -283,12 +282,6 @@ async def main() -> None:
                 finally:
                     await server.close()
                     await daemon.stop()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
@@ -116,9 +117,7 @@ async def ttft_with_llm(rounds: int) -> list[tuple[str, ...]]:
     async with FakeOpenAI() as fake:
         fake.default_turn = Turn.text("one two three four five six seven eight", chunks=8, delay=0.002)
         env = {"HOMEAGENT_LLM_BASE_URL": fake.base_url, "HOMEAGENT_LLM_API_KEY": "sk-bench", "HOMEAGENT_LLM_MODEL": "m"}
-        saved = {k: os.environ.get(k) for k in env}
-        os.environ.update(env)
-        try:
+        with mock.patch.dict(os.environ, env):  # the daemon reads its LLM from the environment
             with tempfile.TemporaryDirectory() as tmp:
                 data = Path(tmp) / "d"
                 data.mkdir()
@@ -130,12 +129,6 @@ async def ttft_with_llm(rounds: int) -> list[tuple[str, ...]]:
                 finally:
                     await server.close()
                     await daemon.stop()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
 
 
 async def fanout(daemon: Daemon, server: WebUIServer, token: str, clients: int, events: int) -> list[tuple[str, ...]]:
