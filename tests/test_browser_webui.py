@@ -359,4 +359,13 @@ async def test_a_waiting_tool_call_is_allowed_from_the_chat_and_logged(stack: St
     page = await stack.show("approvals")
     await expect(page.locator("#approvals-log")).to_contain_text("touch approved-in-browser")
     await expect(page.locator("#approvals-log .badge").first).to_have_text("allowed")
+    # a plugin install is the owner's to allow one call at a time: no "Always" button
+    page = await stack.show("chat")
+    await send(page, '/tool plugin_install {"source": "/nowhere/plugin.hmap"}')
+    card = page.locator(".approval").last
+    await expect(card.locator("code").first).to_have_text("plugin_install")
+    await expect(card.locator("[data-answer='once']")).to_be_visible()
+    await expect(card.locator("[data-answer='always']")).to_have_count(0)
+    await card.locator("[data-answer='deny']").click()
+    await expect(card.locator(".badge")).to_have_text("denied")
     assert not page.errors  # type: ignore[attr-defined]

@@ -22,9 +22,11 @@ export function approvalCard(req) {
       decided(card, "gone");
     }
   }
+  // plugin installs, removals and enables are allowed one call at a time: no "Always" for them (req.always false)
   buttons.append(
     h("button", { class: "primary", dataset: { answer: "once" }, onclick: () => answer("allow", false) }, t("approvals.once")),
-    h("button", { dataset: { answer: "always" }, onclick: () => answer("allow", true) }, t("approvals.always", { pattern: req.pattern })),
+    req.always === false ? null
+      : h("button", { dataset: { answer: "always" }, onclick: () => answer("allow", true) }, t("approvals.always", { pattern: req.pattern })),
     h("button", { class: "danger", dataset: { answer: "deny" }, onclick: () => answer("deny", false) }, t("approvals.deny")));
   return card;
 }
