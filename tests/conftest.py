@@ -14,6 +14,7 @@ import pytest
 
 from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
+from tests.fakes.webui_fixtures import Web, start_web
 
 if sys.version_info[:3] < (3, 11, 8):
     # gh-106905: before 3.11.8 the AST converter's recursion counter is shared by all threads, and two threads
@@ -100,6 +101,16 @@ async def daemon(data_dir: Path) -> AsyncIterator[Daemon]:
         yield d
     finally:
         await d.stop()
+
+
+@pytest.fixture
+async def web(daemon: Daemon) -> AsyncIterator[Web]:
+    """``daemon``'s web UI (its own wiring) on a free loopback port, closed after the test."""
+    w = await start_web(daemon)
+    try:
+        yield w
+    finally:
+        await w.server.close()
 
 
 async def offline_tool(daemon: Daemon, name: str, args: dict[str, Any]) -> Any:

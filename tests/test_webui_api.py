@@ -22,15 +22,6 @@ from tests.conftest import run_cli
 from tests.fakes.webui_fixtures import Web, add_sleep_tool, start_web
 
 
-@pytest.fixture
-async def web(daemon: Daemon) -> AsyncIterator[Web]:
-    w = await start_web(daemon)
-    try:
-        yield w
-    finally:
-        await w.server.close()
-
-
 async def read_sse(response: httpx.Response, *, until: str = "response", limit: int = 10_000) -> list[dict[str, Any]]:
     frames: list[dict[str, Any]] = []
     async for line in response.aiter_lines():

@@ -11,22 +11,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 
-from homeagent.daemon import Daemon
-from tests.fakes.webui_fixtures import Web, add_sleep_tool, start_web
-
-
-@pytest.fixture
-async def web(daemon: Daemon) -> AsyncIterator[Web]:
-    w = await start_web(daemon)
-    try:
-        yield w
-    finally:
-        await w.server.close()
+from tests.fakes.webui_fixtures import Web, add_sleep_tool
 
 
 async def test_only_this_servers_own_names_are_answered(web: Web) -> None:

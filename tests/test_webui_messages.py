@@ -7,16 +7,12 @@ from __future__ import annotations
 import ast
 import pickle
 import string
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
-
-from homeagent.daemon import Daemon
 from homeagent.msg import Joined, Msg, localize, message_of
 from homeagent.webui.lang import accept_language, request_lang
 from homeagent.webui.messages_zh import ZH_MESSAGES
-from tests.fakes.webui_fixtures import Web, start_web
+from tests.fakes.webui_fixtures import Web
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "homeagent"
 ZH = {"X-HomeAgent-Lang": "zh"}
@@ -119,15 +115,6 @@ def test_the_language_of_a_request() -> None:
 
 
 # ---------------------------------------------------------------- real errors over HTTP
-
-
-@pytest.fixture
-async def web(daemon: Daemon) -> AsyncIterator[Web]:
-    w = await start_web(daemon)
-    try:
-        yield w
-    finally:
-        await w.server.close()
 
 
 async def test_real_errors_come_back_in_chinese_when_asked_and_in_english_without(web: Web) -> None:

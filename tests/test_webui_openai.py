@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import openai
 import pytest
 
-from homeagent.daemon import Daemon
-from tests.fakes.webui_fixtures import Web, start_web
-
-
-@pytest.fixture
-async def web(daemon: Daemon) -> AsyncIterator[Web]:
-    w = await start_web(daemon)
-    try:
-        yield w
-    finally:
-        await w.server.close()
+from tests.fakes.webui_fixtures import Web
 
 
 def client(web: Web, key: str | None = None) -> openai.AsyncOpenAI:

@@ -9,30 +9,16 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from homeagent.daemon import Daemon
 from homeagent.paths import DataPaths
 from tests.fakes.llm_openai import FakeOpenAI, Turn
-from tests.fakes.webui_fixtures import Web, start_web
+from tests.fakes.webui_fixtures import Web
 
 KEY = "sk-setup-secret-4242"
-
-
-@pytest.fixture
-async def web(data_dir: Path) -> AsyncIterator[Web]:
-    daemon = Daemon(DataPaths(data_dir), web=False)
-    await daemon.start()
-    w = await start_web(daemon)
-    try:
-        yield w
-    finally:
-        await w.server.close()
-        await daemon.stop()
 
 
 def form(fake: FakeOpenAI, name: str = "main", **extra: Any) -> dict[str, Any]:
